@@ -1,0 +1,1 @@
+"""Wire format: encode and decode ``WriteColumnBatchesRequest`` bytes (shared by client and server)."""

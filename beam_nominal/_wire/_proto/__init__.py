@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC stubs (make proto). Do not edit."""

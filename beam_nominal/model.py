@@ -1,0 +1,266 @@
+"""The data model every stage shares: series keys, value types and exact timestamps.
+
+A *series* is a channel plus a tag set; ``tags=None`` and ``tags={}`` name the same series. Each
+series is pinned to one :class:`ValueType`, fixed by its first value. Timestamps are always int64
+nanoseconds since the Unix epoch (UTC); every accepted input form converts without rounding.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+import re
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "MAX_NAME_CHARS",
+    "SeriesKey",
+    "ValueType",
+    "timestamp_ns",
+    "timestamps_ns",
+]
+
+#: Longest channel name, tag key/value or dataset rid the server accepts.
+MAX_NAME_CHARS = 1024
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+_UINT64_MAX = 2**64 - 1
+
+
+class ValueType(str, enum.Enum):
+    """The value type of a series; the string value is its name on the wire and on disk.
+
+    ``bool`` values are stored as ``INT64`` (0 or 1): Nominal has no boolean type, and int64 keeps
+    them exact and summable.
+    """
+
+    DOUBLE = "double"
+    STRING = "string"
+    INT64 = "int64"
+    UINT64 = "uint64"
+    DOUBLE_ARRAY = "double_array"
+    STRING_ARRAY = "string_array"
+    STRUCT = "struct"
+
+    @property
+    def is_array(self) -> bool:
+        return self in (ValueType.DOUBLE_ARRAY, ValueType.STRING_ARRAY)
+
+    @property
+    def numpy_dtype(self) -> np.dtype[Any] | None:
+        """The dtype of a column of this type, or None where values are Python objects."""
+        return _NUMPY_DTYPES.get(self)
+
+    @classmethod
+    def of_scalar(cls, value: Any) -> ValueType:
+        """The value type a single Python/numpy value maps to.
+
+        Raises:
+            TypeError: the value has no Nominal type (None, bytes, an arbitrary object ...).
+        """
+        # bool first: it is a subclass of int.
+        if isinstance(value, (bool, np.bool_)):
+            return cls.INT64
+        if isinstance(value, (float, np.floating)):
+            return cls.DOUBLE
+        if isinstance(value, np.unsignedinteger):
+            return cls.UINT64
+        if isinstance(value, (int, np.integer)):
+            if _INT64_MIN <= value <= _INT64_MAX:
+                return cls.INT64
+            if 0 <= value <= _UINT64_MAX:
+                return cls.UINT64
+            raise TypeError(f"integer {value} is outside both int64 and uint64")
+        if isinstance(value, str):
+            return cls.STRING
+        if isinstance(value, Mapping):
+            return cls.STRUCT
+        raise TypeError(f"unsupported value type {type(value).__name__}: {value!r:.80}")
+
+    @classmethod
+    def of_dtype(cls, dtype: np.dtype[Any]) -> ValueType:
+        """The value type of a numpy column."""
+        kind = dtype.kind
+        if kind == "f":
+            return cls.DOUBLE
+        if kind == "b" or (kind == "i"):
+            return cls.INT64
+        if kind == "u":
+            # Unsigned types narrower than 64 bits fit int64 exactly, which is what users expect
+            # of e.g. a uint16 sensor word.
+            return cls.UINT64 if dtype.itemsize == 8 else cls.INT64
+        if kind in "UST":
+            return cls.STRING
+        raise TypeError(f"unsupported numpy dtype {dtype}")
+
+
+_NUMPY_DTYPES: dict[ValueType, np.dtype[Any]] = {
+    ValueType.DOUBLE: np.dtype(np.float64),
+    ValueType.INT64: np.dtype(np.int64),
+    ValueType.UINT64: np.dtype(np.uint64),
+}
+
+
+class SeriesKey(NamedTuple):
+    """Channel plus normalised tags (sorted ``(key, value)`` pairs). Hashable and cheap."""
+
+    channel: str
+    tags: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, channel: str, tags: Mapping[str, str] | None = None) -> SeriesKey:
+        """Build a key, checking names. ``tags=None`` and ``{}`` give the same key.
+
+        Raises:
+            ValueError: an empty or over-long channel, or a tag that is not str -> str.
+        """
+        if not isinstance(channel, str) or not channel:
+            raise ValueError(f"channel must be a non-empty string, got {channel!r:.80}")
+        if len(channel) > MAX_NAME_CHARS:
+            raise ValueError(f"channel {channel[:40]!r}... is {len(channel)} characters, over {MAX_NAME_CHARS}")
+        if not tags:
+            return cls(channel, ())
+        for k, v in tags.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise ValueError(f"tags of channel {channel!r} must map str to str, got {k!r}: {v!r:.80}")
+        return cls(channel, tuple(sorted(tags.items())))
+
+    @property
+    def tag_dict(self) -> dict[str, str]:
+        return dict(self.tags)
+
+    def describe(self) -> str:
+        """Human-readable name for error messages: ``channel{k=v,...}``."""
+        if not self.tags:
+            return repr(self.channel)
+        return f"{self.channel!r} {{{', '.join(f'{k}={v}' for k, v in self.tags)}}}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Timestamps
+# ---------------------------------------------------------------------------------------------
+
+_ISO = re.compile(
+    r"^(?P<date>\d{4}-\d{2}-\d{2})[T ](?P<h>\d{2}):(?P<m>\d{2})(?::(?P<s>\d{2})(?:[.,](?P<frac>\d{1,9}))?)?"
+    r"(?P<tz>Z|z|[+-]\d{2}:?\d{2})$"
+)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_NS_UNITS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+
+
+def _check_range(ns: int, original: Any) -> int:
+    if not _INT64_MIN < ns <= _INT64_MAX:
+        raise ValueError(f"timestamp {original!r:.80} is outside the int64 nanosecond range (1677..2262)")
+    return ns
+
+
+def _datetime_ns(value: _dt.datetime) -> int:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(
+            f"naive datetime {value.isoformat()} is ambiguous: give it a timezone (e.g. tzinfo=timezone.utc)"
+        )
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 10**9 + delta.microseconds * 1000
+
+
+def _iso_ns(text: str) -> int:
+    m = _ISO.match(text.strip())
+    if m is None:
+        raise ValueError(
+            f"timestamp string {text!r:.80} is not ISO-8601 with a timezone (e.g. 2024-01-02T03:04:05.123456789Z)"
+        )
+    base = _dt.datetime.fromisoformat(
+        f"{m['date']}T{m['h']}:{m['m']}:{m['s'] or '00'}"
+    ).replace(tzinfo=_dt.timezone.utc)
+    tz = m["tz"]
+    offset_s = 0
+    if tz not in ("Z", "z"):
+        sign = -1 if tz[0] == "-" else 1
+        digits = tz[1:].replace(":", "")
+        offset_s = sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    frac = (m["frac"] or "").ljust(9, "0")
+    return _datetime_ns(base) - offset_s * 10**9 + int(frac or 0)
+
+
+def timestamp_ns(value: Any) -> int:
+    """Convert one timestamp to int64 nanoseconds since the Unix epoch, exactly.
+
+    Accepts int nanoseconds, aware ``datetime``, ISO-8601 strings with a timezone and up to nine
+    fractional digits, ``numpy.datetime64`` of any unit (taken as UTC), pandas ``Timestamp`` and
+    Beam ``Timestamp``.
+
+    Raises:
+        ValueError: naive datetimes and strings, out-of-range values, unparseable strings.
+        TypeError: floats (seconds or nanoseconds? ambiguous) and other types.
+    """
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return _check_range(int(value), value)
+    if isinstance(value, str):
+        return _check_range(_iso_ns(value), value)
+    if isinstance(value, np.datetime64):
+        if np.isnat(value):
+            raise ValueError("timestamp is NaT")
+        unit, _ = np.datetime_data(value.dtype)
+        raw = int(value.astype(np.int64))
+        if unit in _NS_UNITS:
+            return _check_range(raw * _NS_UNITS[unit], value)
+        return _check_range(int(value.astype("datetime64[ns]").astype(np.int64)), value)
+    # pandas.Timestamp is a datetime subclass carrying nanoseconds in .value; check it first.
+    if type(value).__name__ == "Timestamp" and hasattr(value, "nanosecond") and hasattr(value, "value"):
+        if value.tzinfo is None:
+            raise ValueError(f"naive pandas Timestamp {value} is ambiguous: localize it (tz='UTC')")
+        return _check_range(int(value.value), value)
+    if isinstance(value, _dt.datetime):
+        return _check_range(_datetime_ns(value), value)
+    if hasattr(value, "micros") and type(value).__module__.startswith("apache_beam"):
+        return _check_range(int(value.micros) * 1000, value)
+    if isinstance(value, (float, np.floating)):
+        raise TypeError(
+            f"float timestamp {value!r} is ambiguous: give int nanoseconds, a datetime or an ISO string"
+        )
+    raise TypeError(f"unsupported timestamp type {type(value).__name__}: {value!r:.80}")
+
+
+def timestamps_ns(values: Any) -> npt.NDArray[np.int64]:
+    """Convert a column of timestamps to an int64 nanosecond array, vectorised where possible.
+
+    Integer arrays are taken as nanoseconds; ``datetime64`` arrays of any unit are converted
+    exactly (overflow is an error, not a wrap). Other sequences go element by element through
+    :func:`timestamp_ns`.
+    """
+    if isinstance(values, np.ndarray):
+        if values.dtype.kind == "i":
+            return values.astype(np.int64, copy=False)
+        if values.dtype.kind == "u":
+            if values.size and values.max() > _INT64_MAX:
+                raise ValueError("timestamp above the int64 nanosecond range")
+            return values.astype(np.int64)
+        if values.dtype.kind == "M":
+            if np.isnat(values).any():
+                raise ValueError(f"timestamp NaT at index {int(np.argmax(np.isnat(values)))}")
+            unit, count = np.datetime_data(values.dtype)
+            raw = values.view(np.int64)
+            scale = _NS_UNITS.get(unit)
+            if scale is None or count != 1:
+                return np.array([timestamp_ns(v) for v in values], dtype=np.int64)
+            if scale == 1:
+                return raw
+            limit = _INT64_MAX // scale
+            if raw.size and (raw.max() > limit or raw.min() < -limit):
+                raise ValueError(f"timestamp outside the int64 nanosecond range ({unit} input)")
+            return raw * scale
+        if values.dtype.kind == "f":
+            raise TypeError("float timestamps are ambiguous: give int nanoseconds or datetime64")
+        values = values.tolist()
+    out = np.empty(len(values), dtype=np.int64)
+    for i, v in enumerate(values):
+        try:
+            out[i] = timestamp_ns(v)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"timestamps[{i}]: {exc}") from None
+    return out
