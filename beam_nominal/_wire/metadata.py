@@ -1,0 +1,25 @@
+"""gRPC names and metadata shared by the client and the local server."""
+
+from __future__ import annotations
+
+import hashlib
+
+WRITER_SERVICE = "nominal.channel_writer.v1.NominalChannelWriterService"
+WRITE_COLUMN_BATCHES = f"/{WRITER_SERVICE}/WriteColumnBatches"
+WRITE_BATCHES = f"/{WRITER_SERVICE}/WriteBatches"
+
+#: Metadata key carrying a request's idempotency key. Servers that do not know it ignore it.
+IDEMPOTENCY_KEY = "x-idempotency-key"
+AUTHORIZATION = "authorization"
+
+#: Largest request the local server accepts, and the gRPC message limit both sides configure.
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+
+def idempotency_key(body: bytes) -> str:
+    """The key of a request: a digest of its bytes (which carry the dataset rid).
+
+    A retried request, or a retried Beam bundle that re-cuts the same requests, gets the same key,
+    so a server that records keys stores it once.
+    """
+    return hashlib.sha256(body).hexdigest()
