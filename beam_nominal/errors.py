@@ -1,0 +1,44 @@
+"""Errors raised by beam_nominal.
+
+::
+
+    BeamNominalError
+    ├── TargetError            one send failed; ``retryable`` says whether trying again may help
+    ├── DeliveryError          flush/close: some points were not acknowledged (counts per series)
+    └── BackpressureError      enqueue would exceed the buffer budget and blocking is off
+    SeriesTypeError(BeamNominalError, TypeError)   a value conflicts with its series' pinned type
+    StreamClosedError(BeamNominalError, RuntimeError)   a write to a closed stream
+"""
+
+from __future__ import annotations
+
+
+class BeamNominalError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class TargetError(BeamNominalError):
+    """A target could not accept one request.
+
+    Attributes:
+        retryable: True when the same request may succeed later (UNAVAILABLE, RESOURCE_EXHAUSTED,
+            DEADLINE_EXCEEDED, ABORTED, a full disk that may drain ...).
+        code: a short machine-readable reason, e.g. the gRPC status name.
+    """
+
+    def __init__(self, message: str, *, retryable: bool, code: str = "") -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.code = code
+
+
+class BackpressureError(BeamNominalError):
+    """Raised by enqueue when the buffer is full and the stream is set not to block."""
+
+
+class SeriesTypeError(BeamNominalError, TypeError):
+    """A value whose type differs from the type its series is pinned to."""
+
+
+class StreamClosedError(BeamNominalError, RuntimeError):
+    """A write to a stream that is closing or closed."""
