@@ -1,0 +1,175 @@
+"""``beam-nominal``: run the local ingest server, or inspect what one stored.
+
+    beam-nominal serve --data-dir DIR [--host 127.0.0.1] [--port 50051] [--token T]
+                       [--tls-cert F --tls-key F]
+    beam-nominal inspect (--data-dir DIR | --target URL) [--dataset RID] [--channel C] [--token T]
+
+``serve`` prints exactly one line, ``listening on grpc://HOST:PORT``, once it accepts calls, and
+stops gracefully on SIGINT/SIGTERM. The token may also come from the ``NOMINAL_TOKEN`` variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+from typing import TextIO
+
+__all__ = ["main"]
+
+_TOKEN_ENV = "NOMINAL_TOKEN"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="beam-nominal", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="run the local ingest server")
+    s.add_argument("--data-dir", required=True, help="where datasets are stored (created if missing)")
+    s.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback)")
+    s.add_argument("--port", type=int, default=50051, help="port; 0 picks a free one (default: 50051)")
+    s.add_argument("--token", help=f"require 'authorization: Bearer TOKEN' (default: ${_TOKEN_ENV})")
+    s.add_argument("--tls-cert", help="PEM certificate chain; with --tls-key serves grpcs://")
+    s.add_argument("--tls-key", help="PEM private key")
+    s.add_argument("--grace", type=float, default=30.0, help="seconds in-flight calls get at shutdown")
+
+    i = sub.add_parser("inspect", help="list stored series (and points of one channel)")
+    src = i.add_mutually_exclusive_group(required=True)
+    src.add_argument("--data-dir", help="read a data directory directly")
+    src.add_argument("--target", help="read through a running server, grpc://HOST:PORT")
+    i.add_argument("--dataset", help="only this dataset rid")
+    i.add_argument("--channel", help="also print the first and last points of this channel")
+    i.add_argument("--points", type=int, default=5, help="points shown at each end with --channel")
+    i.add_argument("--token", help=f"bearer token for --target (default: ${_TOKEN_ENV})")
+    return p
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from beam_nominal.server import LocalServer
+
+    if (args.tls_cert is None) != (args.tls_key is None):
+        print("beam-nominal serve: --tls-cert and --tls-key go together", file=sys.stderr)
+        return 2
+    token = args.token or os.environ.get(_TOKEN_ENV) or None
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    server = LocalServer(
+        args.data_dir,
+        host=args.host,
+        port=args.port,
+        token=token,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+    )
+    try:
+        server.start()
+    except (RuntimeError, OSError) as exc:
+        print(f"beam-nominal serve: {exc}", file=sys.stderr)
+        return 1
+    print(f"listening on {server.target}", flush=True)
+    # Event.wait with a timeout wakes up for signals on every platform.
+    while not stop.wait(1.0):
+        pass
+    # Acknowledged writes are already durable; the grace only lets calls in progress finish.
+    server.stop(grace=args.grace)
+    return 0
+
+
+def _iso(ns: int) -> str:
+    secs, frac = divmod(ns, 1_000_000_000)
+    base = dt.datetime.fromtimestamp(secs, tz=dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{base}.{frac:09d}Z"
+
+
+def _table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    for n, row in enumerate(rows):
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(), file=out)
+        if n == 0:
+            print("  ".join("-" * w for w in widths), file=out)
+
+
+def _inspect(args: argparse.Namespace, out: TextIO) -> int:
+    import grpc
+
+    from beam_nominal.server import LocalStore, RemoteStore
+
+    store: LocalStore | RemoteStore
+    if args.target:
+        store = RemoteStore(args.target, token=args.token or os.environ.get(_TOKEN_ENV) or None)
+    else:
+        if not os.path.isdir(args.data_dir):
+            print(f"beam-nominal inspect: no directory {args.data_dir}", file=sys.stderr)
+            return 1
+        store = LocalStore(args.data_dir)
+    try:
+        datasets = [args.dataset] if args.dataset else store.list_datasets()
+        rows = [["dataset", "channel", "tags", "type", "count", "first", "last"]]
+        shown = []
+        for rid in datasets:
+            for s in store.list_series(rid):
+                if args.channel is not None and s.channel != args.channel:
+                    continue
+                tags = ",".join(f"{k}={v}" for k, v in sorted(s.tags.items()))
+                rows.append(
+                    [
+                        rid,
+                        s.channel,
+                        tags,
+                        s.value_type.value,
+                        str(s.count),
+                        _iso(s.min_timestamp_ns),
+                        _iso(s.max_timestamp_ns),
+                    ]
+                )
+                shown.append(s)
+        if not shown:
+            print("no series", file=out)
+            return 0
+        _table(rows, out)
+        if args.channel is not None:
+            for s in shown:
+                table = store.read(s.dataset_rid, s.channel, s.tags)
+                ts = table.column("timestamp").to_pylist()
+                vals = table.column("value").to_pylist()
+                n = args.points
+                idx = (
+                    list(range(len(ts)))
+                    if len(ts) <= 2 * n
+                    else [*range(n), -1, *range(len(ts) - n, len(ts))]
+                )
+                print(f"\n{s.dataset_rid} {s.channel} {s.tags or ''}", file=out)
+                for k in idx:
+                    print("  ..." if k < 0 else f"  {_iso(ts[k])}  {vals[k]!r}", file=out)
+    except grpc.RpcError as exc:
+        print(f"beam-nominal inspect: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"beam-nominal inspect: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if isinstance(store, RemoteStore):
+            store.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``beam-nominal`` command; returns the exit status."""
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    return _inspect(args, sys.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""The embeddable local server (:class:`LocalServer`) and its read-back client (:class:`RemoteStore`)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from concurrent import futures
+from types import TracebackType
+from typing import Any
+
+import grpc
+import pyarrow as pa
+
+from beam_nominal._wire import metadata as _md
+from beam_nominal._wire._proto.beam_nominal.local.v1 import local_pb2, local_pb2_grpc
+from beam_nominal.server.service import (
+    CapabilitiesService,
+    ReadService,
+    TokenInterceptor,
+    WriterService,
+    info_from_message,
+    table_from_read_response,
+)
+from beam_nominal.server.store import LocalStore, SeriesInfo, _Committer
+
+__all__ = ["LocalServer", "RemoteStore", "parse_target"]
+
+_GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", _md.MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", _md.MAX_MESSAGE_BYTES),
+]
+_TARGET_RE = re.compile(r"(?:(?P<scheme>grpcs?)://)?(?P<address>[^/]+?)/?")
+
+
+def parse_target(target: str) -> tuple[str, bool]:
+    """Split ``grpc://host:port`` / ``grpcs://host:port`` / ``host:port`` into (address, tls).
+
+    Raises:
+        ValueError: anything else.
+    """
+    m = _TARGET_RE.fullmatch(target.strip())
+    if m is None or ":" not in m["address"]:
+        raise ValueError(f"target {target!r} is not grpc://HOST:PORT or grpcs://HOST:PORT")
+    return m["address"], m["scheme"] == "grpcs"
+
+
+def _read_bytes(path_or_bytes: str | os.PathLike[str] | bytes) -> bytes:
+    if isinstance(path_or_bytes, bytes):
+        return path_or_bytes
+    with open(path_or_bytes, "rb") as f:
+        return f.read()
+
+
+class LocalServer:
+    """A local Nominal-compatible ingest server writing Parquet under ``data_dir``.
+
+    Use it as a context manager (``with LocalServer(d) as server: server.target``) or call
+    :meth:`start` and :meth:`stop`. An OK reply to a write means its data is on disk, fsynced.
+
+    Args:
+        data_dir: where datasets are stored; created if missing.
+        host: interface to bind; loopback by default.
+        port: port to bind; 0 picks a free one (see :attr:`port`).
+        token: if set, every call must carry ``authorization: Bearer <token>``.
+        tls_cert: PEM certificate chain (path or bytes); with ``tls_key`` the server speaks TLS.
+        tls_key: PEM private key (path or bytes).
+        interceptors: extra ``grpc.ServerInterceptor`` s, run after the token check, e.g. to
+            inject faults in tests.
+        max_workers: request handler threads.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        tls_cert: str | os.PathLike[str] | bytes | None = None,
+        tls_key: str | os.PathLike[str] | bytes | None = None,
+        interceptors: Sequence[grpc.ServerInterceptor[Any, Any]] = (),
+        max_workers: int = 8,
+    ) -> None:
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("TLS needs both tls_cert and tls_key")
+        self.store = LocalStore(data_dir)
+        self.host = host
+        self._requested_port = port
+        self._token = token
+        self._tls = (_read_bytes(tls_key), _read_bytes(tls_cert)) if tls_key and tls_cert else None
+        self._interceptors = list(interceptors)
+        self._max_workers = max_workers
+        self._server: grpc.Server | None = None
+        self._port: int | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (known once started)."""
+        if self._port is None:
+            raise RuntimeError("LocalServer is not started")
+        return self._port
+
+    @property
+    def target(self) -> str:
+        """``grpc://HOST:PORT`` (``grpcs://`` with TLS) for clients."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'grpcs' if self._tls else 'grpc'}://{host}:{self.port}"
+
+    def start(self) -> LocalServer:
+        """Recover the data dir (drop unfinished commits, index the rest), bind and serve.
+
+        Raises:
+            RuntimeError: already started, or the address could not be bound.
+        """
+        if self._server is not None:
+            raise RuntimeError("LocalServer already started")
+        committer = _Committer(self.store)
+        interceptors: list[grpc.ServerInterceptor[Any, Any]] = []
+        if self._token is not None:
+            interceptors.append(TokenInterceptor(self._token))
+        interceptors.extend(self._interceptors)
+        server = grpc.server(
+            futures.ThreadPoolExecutor(
+                max_workers=self._max_workers, thread_name_prefix="beam-nominal-server"
+            ),
+            interceptors=interceptors,
+            options=_GRPC_OPTIONS,
+        )
+        server.add_generic_rpc_handlers((WriterService(committer).handler(),))
+        local_pb2_grpc.add_LocalReadServiceServicer_to_server(ReadService(self.store), server)
+        local_pb2_grpc.add_CapabilitiesServiceServicer_to_server(CapabilitiesService(), server)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        address = f"{host}:{self._requested_port}"
+        try:
+            if self._tls is not None:
+                port = server.add_secure_port(address, grpc.ssl_server_credentials([self._tls]))
+            else:
+                port = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise RuntimeError(f"cannot bind {address}: {exc}") from None
+        if port == 0:
+            raise RuntimeError(f"cannot bind {address}")
+        server.start()
+        self._server, self._port = server, port
+        return self
+
+    def stop(self, grace: float | None = 5.0) -> None:
+        """Stop accepting calls, let calls in progress finish for up to ``grace`` seconds, return."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop(grace).wait()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the server terminates; True if it did within ``timeout``."""
+        server = self._server
+        return True if server is None else bool(server.wait_for_termination(timeout))
+
+    def __enter__(self) -> LocalServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class RemoteStore:
+    """The :class:`LocalStore` read API over a server's ``LocalReadService``.
+
+    Args:
+        target: ``grpc://HOST:PORT`` or ``grpcs://HOST:PORT``.
+        token: sent as ``authorization: Bearer <token>``.
+        root_certificates: PEM roots for ``grpcs://`` (system roots when None).
+    """
+
+    def __init__(self, target: str, token: str | None = None, root_certificates: bytes | None = None) -> None:
+        address, tls = parse_target(target)
+        if tls:
+            self._channel = grpc.secure_channel(
+                address, grpc.ssl_channel_credentials(root_certificates), options=_GRPC_OPTIONS
+            )
+        else:
+            self._channel = grpc.insecure_channel(address, options=_GRPC_OPTIONS)
+        self._metadata = ((_md.AUTHORIZATION, f"Bearer {token}"),) if token is not None else ()
+        self._read = local_pb2_grpc.LocalReadServiceStub(self._channel)
+        self._caps = local_pb2_grpc.CapabilitiesServiceStub(self._channel)
+
+    def list_datasets(self) -> list[str]:
+        """Rids of every dataset the server holds, sorted."""
+        resp = self._read.ListSeries(local_pb2.ListSeriesRequest(), metadata=self._metadata)
+        return sorted({s.dataset_rid for s in resp.series})
+
+    def list_series(self, dataset_rid: str) -> list[SeriesInfo]:
+        """Like :meth:`LocalStore.list_series`."""
+        resp = self._read.ListSeries(
+            local_pb2.ListSeriesRequest(dataset_rid=dataset_rid), metadata=self._metadata
+        )
+        return [info_from_message(s) for s in resp.series]
+
+    def read(self, dataset_rid: str, channel: str, tags: Mapping[str, str] | None = None) -> pa.Table:
+        """Like :meth:`LocalStore.read`.
+
+        Raises:
+            KeyError: no such series (the server answered NOT_FOUND).
+        """
+        req = local_pb2.ReadSeriesRequest(dataset_rid=dataset_rid, channel=channel, tags=dict(tags or {}))
+        try:
+            resp = self._read.ReadSeries(req, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                raise KeyError(exc.details()) from None
+            raise
+        return table_from_read_response(resp)
+
+    def capabilities(self) -> local_pb2.Capabilities:
+        """The server's ``GetCapabilities`` answer."""
+        caps: local_pb2.Capabilities = self._caps.GetCapabilities(
+            local_pb2.GetCapabilitiesRequest(), metadata=self._metadata
+        )
+        return caps
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> RemoteStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,343 @@
+"""gRPC handlers of the local server: Nominal's write API, read-back, capabilities, token check.
+
+``WriteColumnBatches`` is registered without a request deserializer: the handler gets the raw
+request bytes and hands them to the vectorised :func:`decode_request`, skipping the per-point
+objects the generated classes would build.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import numpy as np
+import pyarrow as pa
+from google.protobuf.message import DecodeError
+
+import beam_nominal
+from beam_nominal._wire import decode as _decode
+from beam_nominal._wire import metadata as _md
+from beam_nominal._wire._proto.beam_nominal.local.v1 import local_pb2, local_pb2_grpc
+from beam_nominal._wire._proto.nominal.channel_writer.v1 import nominal_channel_writer_pb2 as cw
+from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
+from beam_nominal.model import SeriesKey, ValueType
+from beam_nominal.server.store import InvalidRequestError, LocalStore, SeriesInfo, _Committer
+
+__all__ = [
+    "CAPABILITIES_SERVICE",
+    "READ_SERVICE",
+    "SERVER_NAME",
+    "TokenInterceptor",
+    "WriterService",
+    "column_values",
+    "table_from_read_response",
+]
+
+_log = logging.getLogger(__name__)
+
+SERVER_NAME = "beam_nominal.local"
+READ_SERVICE = "beam_nominal.local.v1.LocalReadService"
+CAPABILITIES_SERVICE = "beam_nominal.local.v1.CapabilitiesService"
+
+
+# ---------------------------------------------------------------------------------------------
+# Authentication
+# ---------------------------------------------------------------------------------------------
+
+
+def _deny(_request: Any, context: grpc.ServicerContext) -> None:
+    context.abort(
+        grpc.StatusCode.UNAUTHENTICATED, "missing or wrong 'authorization: Bearer <token>' metadata"
+    )
+
+
+_DENY_HANDLER = grpc.unary_unary_rpc_method_handler(_deny)
+
+
+# grpc's classes are generic only in the type stubs.
+if TYPE_CHECKING:
+    _InterceptorBase = grpc.ServerInterceptor[Any, Any]
+else:
+    _InterceptorBase = grpc.ServerInterceptor
+
+
+class TokenInterceptor(_InterceptorBase):
+    """Rejects every call, on every service, that lacks ``authorization: Bearer <token>``."""
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        given = b""
+        for k, v in handler_call_details.invocation_metadata or ():
+            if k == _md.AUTHORIZATION:
+                given = v.encode() if isinstance(v, str) else bytes(v)
+                break
+        if hmac.compare_digest(given, self._expected):
+            return continuation(handler_call_details)
+        return _DENY_HANDLER
+
+
+# ---------------------------------------------------------------------------------------------
+# Writes
+# ---------------------------------------------------------------------------------------------
+
+
+def _ns(ts: Any) -> int:
+    return int(ts.seconds) * 1_000_000_000 + int(ts.nanos)
+
+
+def _decode_write_batches(data: bytes) -> DecodedRequest:
+    """Row-form ``WriteBatchesRequest`` to columns (the row API is per point by nature)."""
+    req = cw.WriteBatchesRequest()
+    req.ParseFromString(data)
+    out: list[SeriesBatch] = []
+    for i, rb in enumerate(req.batches):
+        key = SeriesKey(rb.channel, tuple(sorted(rb.tags.items())))
+        which = rb.points.WhichOneof("points")
+        values: Any
+        if which == "double_points":
+            pts: Any = rb.points.double_points.points
+            vt, values = ValueType.DOUBLE, np.array([p.value for p in pts], dtype=np.float64)
+        elif which == "int64_points":
+            pts = rb.points.int64_points.points
+            vt, values = ValueType.INT64, np.array([p.value for p in pts], dtype=np.int64)
+        elif which == "uint64_points":
+            pts = rb.points.uint64_points.points
+            vt, values = ValueType.UINT64, np.array([p.value for p in pts], dtype=np.uint64)
+        elif which == "string_points":
+            pts = rb.points.string_points.points
+            vt, values = ValueType.STRING, [p.value for p in pts]
+        elif which == "struct_points":
+            pts = rb.points.struct_points.points
+            vt, values = ValueType.STRUCT, [p.json for p in pts]
+        elif which == "array_points":
+            kind = rb.points.array_points.WhichOneof("array_points")
+            if kind == "double_array_points":
+                pts = rb.points.array_points.double_array_points.points
+                vt, values = ValueType.DOUBLE_ARRAY, [np.array(p.values, dtype=np.float64) for p in pts]
+            elif kind == "string_array_points":
+                pts = rb.points.array_points.string_array_points.points
+                vt, values = ValueType.STRING_ARRAY, [list(p.values) for p in pts]
+            else:
+                raise MalformedBatchError(i, rb.channel, "array value type not set")
+        else:
+            raise MalformedBatchError(i, rb.channel, "value type not set")
+        ts = np.array([_ns(p.timestamp) for p in pts], dtype=np.int64)
+        out.append(SeriesBatch(key, vt, ts, values))
+    return DecodedRequest(req.data_source_rid, req.source_name if req.HasField("source_name") else None, out)
+
+
+def _idempotency_key(context: grpc.ServicerContext) -> str | None:
+    for k, v in context.invocation_metadata() or ():
+        if k == _md.IDEMPOTENCY_KEY:
+            return v if isinstance(v, str) else bytes(v).decode("utf-8", "replace")
+    return None
+
+
+class WriterService:
+    """``nominal.channel_writer.v1.NominalChannelWriterService`` over a :class:`_Committer`."""
+
+    def __init__(self, committer: _Committer) -> None:
+        self._committer = committer
+        # The codec engineer's row decoder replaces ours once it exists.
+        self._decode_rows: Callable[[bytes], DecodedRequest] = getattr(
+            _decode, "decode_write_batches", _decode_write_batches
+        )
+
+    def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
+        return grpc.method_handlers_generic_handler(
+            _md.WRITER_SERVICE,
+            {
+                "WriteColumnBatches": grpc.unary_unary_rpc_method_handler(self.write_column_batches),
+                "WriteBatches": grpc.unary_unary_rpc_method_handler(self.write_batches),
+            },
+        )
+
+    def write_column_batches(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        return self._write(request, context, _decode.decode_request, "WriteColumnBatchesRequest")
+
+    def write_batches(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        return self._write(request, context, self._decode_rows, "WriteBatchesRequest")
+
+    def _write(
+        self,
+        request: bytes,
+        context: grpc.ServicerContext,
+        decode: Callable[[bytes], DecodedRequest],
+        what: str,
+    ) -> bytes:
+        try:
+            decoded = decode(request)
+        except MalformedBatchError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except (DecodeError, ValueError) as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a valid {what}: {exc}")
+        try:
+            self._committer.commit(
+                decoded.dataset_rid, decoded.batches, _idempotency_key(context), decoded.source_name
+            )
+        except (MalformedBatchError, InvalidRequestError) as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except OSError as exc:
+            _log.exception("commit of dataset %r failed", decoded.dataset_rid)
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"storage error, nothing stored: {exc}")
+        # An empty WriteColumnBatchesResponse / WriteBatchesResponse serialises to no bytes.
+        return b""
+
+
+# ---------------------------------------------------------------------------------------------
+# Read-back and capabilities
+# ---------------------------------------------------------------------------------------------
+
+
+def _info_message(info: SeriesInfo) -> local_pb2.SeriesInfo:
+    return local_pb2.SeriesInfo(
+        dataset_rid=info.dataset_rid,
+        channel=info.channel,
+        tags=info.tags,
+        value_type=info.value_type.value,
+        count=info.count,
+        min_timestamp_ns=info.min_timestamp_ns,
+        max_timestamp_ns=info.max_timestamp_ns,
+    )
+
+
+def info_from_message(msg: local_pb2.SeriesInfo) -> SeriesInfo:
+    """The :class:`SeriesInfo` carried by a ``beam_nominal.local.v1.SeriesInfo`` message."""
+    return SeriesInfo(
+        msg.dataset_rid,
+        msg.channel,
+        dict(msg.tags),
+        ValueType(msg.value_type),
+        msg.count,
+        msg.min_timestamp_ns,
+        msg.max_timestamp_ns,
+    )
+
+
+def column_values(vt: ValueType, column: pa.Array | pa.ChunkedArray) -> cw.ColumnValues:
+    """A stored ``value`` column as the ``ColumnValues`` message it was written from."""
+    out = cw.ColumnValues()
+    if vt is ValueType.DOUBLE:
+        out.doubles.points.extend(column.to_numpy().tolist())
+    elif vt is ValueType.INT64:
+        out.int64s.points.extend(column.to_numpy().tolist())
+    elif vt is ValueType.UINT64:
+        out.uint64s.points.extend(column.to_numpy().tolist())
+    elif vt is ValueType.STRING:
+        out.strings.points.extend(column.to_pylist())
+    elif vt is ValueType.STRUCT:
+        out.structs.points.extend(column.to_pylist())
+    elif vt is ValueType.DOUBLE_ARRAY:
+        dap = out.arrays.double_array_points
+        dap.SetInParent()
+        for row in column.to_pylist():
+            dap.points.add().value.extend(row)
+    else:
+        sap = out.arrays.string_array_points
+        sap.SetInParent()
+        for row in column.to_pylist():
+            sap.points.add().value.extend(row)
+    return out
+
+
+def table_from_read_response(resp: local_pb2.ReadSeriesResponse) -> pa.Table:
+    """The ``timestamp``/``value`` table :meth:`LocalStore.read` would give for the same series."""
+    vt = ValueType(resp.info.value_type)
+    ts = pa.array(np.array(resp.timestamps_ns, dtype=np.int64), type=pa.int64())
+    v = resp.values
+    value: pa.Array
+    if vt is ValueType.DOUBLE:
+        value = pa.array(np.array(v.doubles.points, dtype=np.float64))
+    elif vt is ValueType.INT64:
+        value = pa.array(np.array(v.int64s.points, dtype=np.int64))
+    elif vt is ValueType.UINT64:
+        value = pa.array(np.array(v.uint64s.points, dtype=np.uint64))
+    elif vt is ValueType.STRING:
+        value = pa.array(list(v.strings.points), type=pa.string())
+    elif vt is ValueType.STRUCT:
+        value = pa.array(list(v.structs.points), type=pa.string())
+    elif vt is ValueType.DOUBLE_ARRAY:
+        value = pa.array(
+            [list(p.value) for p in v.arrays.double_array_points.points], type=pa.list_(pa.float64())
+        )
+    else:
+        value = pa.array(
+            [list(p.value) for p in v.arrays.string_array_points.points], type=pa.list_(pa.string())
+        )
+    return pa.table({"timestamp": ts, "value": value})
+
+
+class ReadService(local_pb2_grpc.LocalReadServiceServicer):  # type: ignore[misc]
+    """``beam_nominal.local.v1.LocalReadService`` over a :class:`LocalStore`."""
+
+    def __init__(self, store: LocalStore) -> None:
+        self._store = store
+
+    def ListSeries(
+        self, request: local_pb2.ListSeriesRequest, context: grpc.ServicerContext
+    ) -> local_pb2.ListSeriesResponse:
+        try:
+            rids = [request.dataset_rid] if request.dataset_rid else self._store.list_datasets()
+            infos = [i for rid in rids for i in self._store.list_series(rid)]
+        except InvalidRequestError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return local_pb2.ListSeriesResponse(series=[_info_message(i) for i in infos])
+
+    def ReadSeries(
+        self, request: local_pb2.ReadSeriesRequest, context: grpc.ServicerContext
+    ) -> local_pb2.ReadSeriesResponse:
+        tags = dict(request.tags)
+        try:
+            info = self._store.series_info(request.dataset_rid, request.channel, tags)
+            table = self._store.read(request.dataset_rid, request.channel, tags)
+        except InvalidRequestError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except KeyError as exc:
+            context.abort(grpc.StatusCode.NOT_FOUND, str(exc.args[0]))
+        # The info is taken before the read; a commit landing in between would make them disagree.
+        info = SeriesInfo(
+            info.dataset_rid,
+            info.channel,
+            info.tags,
+            info.value_type,
+            table.num_rows,
+            *_bounds(table, info),
+        )
+        return local_pb2.ReadSeriesResponse(
+            info=_info_message(info),
+            timestamps_ns=table.column("timestamp").to_numpy().tolist(),
+            values=column_values(info.value_type, table.column("value")),
+        )
+
+
+def _bounds(table: pa.Table, info: SeriesInfo) -> tuple[int, int]:
+    if table.num_rows == 0:
+        return info.min_timestamp_ns, info.max_timestamp_ns
+    ts = table.column("timestamp").to_numpy()
+    return int(ts.min()), int(ts.max())
+
+
+class CapabilitiesService(local_pb2_grpc.CapabilitiesServiceServicer):  # type: ignore[misc]
+    """``beam_nominal.local.v1.CapabilitiesService``: what this server supports."""
+
+    def GetCapabilities(
+        self, request: local_pb2.GetCapabilitiesRequest, context: grpc.ServicerContext
+    ) -> local_pb2.Capabilities:
+        return local_pb2.Capabilities(
+            server=SERVER_NAME,
+            version=beam_nominal.__version__,
+            services=[_md.WRITER_SERVICE, READ_SERVICE, CAPABILITIES_SERVICE],
+            value_types=[vt.value for vt in ValueType],
+            idempotency_metadata_key=_md.IDEMPOTENCY_KEY,
+            max_request_bytes=_md.MAX_MESSAGE_BYTES,
+            durable_acknowledgements=True,
+        )
