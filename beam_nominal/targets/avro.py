@@ -1,0 +1,664 @@
+"""A target that appends requests to an Avro object container file in nominal-streaming's format.
+
+The file is byte-for-byte the format nominal-streaming 0.10.5 writes (``NominalDatasetStream``'s
+``to_file`` and ``with_file_fallback``), so Nominal's Avro stream ingestion takes it as is:
+
+- the writer schema is ``io.nominal.ingest.AvroStream`` (:data:`AVRO_STREAM_SCHEMA_JSON`, the very
+  string nominal-streaming puts in the header): ``channel`` string, ``timestamps`` array of long
+  (int64 ns), ``values`` array of the union ``[double, string, long, DoubleArray, StringArray,
+  JsonStruct]``, ``tags`` map of string with default ``{}``;
+- the codec is snappy by default (``null`` and ``deflate`` are also available);
+- the dataset rid, when known, is the file metadata entry ``nominal.dataset_rid``.
+
+One record per :class:`~beam_nominal._wire.batch.SeriesBatch` (one series' points from one request)
+and one Avro block per :meth:`AvroFileTarget.send`: a send either lands as a whole block, fsynced
+before it returns, or not at all, so the file is readable after every acknowledged send.
+
+Types, exactly: double -> ``double``; int64 and bool (stored as int64) -> ``long``; uint64 ->
+``long`` when it fits, and a value above 2**63 - 1 makes the whole send fail with a permanent
+:class:`~beam_nominal.errors.TargetError` (code ``uint64_out_of_range``) rather than be written
+rounded as a double; string -> ``string``; struct -> ``JsonStruct`` (its JSON text); double and
+string arrays -> ``DoubleArray`` / ``StringArray``. nominal-streaming itself writes every integer as
+a double; readers of either file see the same union, so ours are readable wherever theirs are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import threading
+import urllib.parse
+import zlib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO, NamedTuple
+
+import cramjam
+import numpy as np
+import numpy.typing as npt
+
+from beam_nominal._wire.batch import SeriesBatch
+from beam_nominal.errors import TargetError
+from beam_nominal.model import SeriesKey, ValueType
+from beam_nominal.targets.base import Request
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = [
+    "AVRO_STREAM_SCHEMA",
+    "AVRO_STREAM_SCHEMA_JSON",
+    "DATASET_RID_METADATA_KEY",
+    "AvroFileTarget",
+    "AvroSeries",
+    "JsonText",
+    "read_avro_file",
+]
+
+#: The writer schema exactly as nominal-streaming 0.10.5 stores it under ``avro.schema``.
+AVRO_STREAM_SCHEMA_JSON = (
+    '{"type":"record","namespace":"io.nominal.ingest","name":"AvroStream","fields":['
+    '{"name":"channel","type":"string"},'
+    '{"name":"timestamps","type":{"type":"array","items":"long"}},'
+    '{"name":"values","type":{"type":"array","items":["double","string","long",'
+    '{"type":"record","namespace":"io.nominal.ingest","name":"DoubleArray",'
+    '"fields":[{"name":"items","type":{"type":"array","items":"double"}}]},'
+    '{"type":"record","namespace":"io.nominal.ingest","name":"StringArray",'
+    '"fields":[{"name":"items","type":{"type":"array","items":"string"}}]},'
+    '{"type":"record","namespace":"io.nominal.ingest","name":"JsonStruct",'
+    '"fields":[{"name":"json","type":"string"}]}]}},'
+    '{"name":"tags","type":{"type":"map","values":"string"},"default":{}}]}'
+)
+#: The same schema as a Python object (e.g. for ``fastavro.parse_schema``).
+AVRO_STREAM_SCHEMA: dict[str, Any] = json.loads(AVRO_STREAM_SCHEMA_JSON)
+#: File metadata key under which nominal-streaming records the dataset rid.
+DATASET_RID_METADATA_KEY = "nominal.dataset_rid"
+
+_MAGIC = b"Obj\x01"
+_SYNC_SIZE = 16
+_CODECS = ("snappy", "deflate", "null")
+_INT64_MAX = 2**63 - 1
+# Errors a full disk or quota gives: space may come back, so the uploader should retry.
+_RETRYABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EINTR, errno.EAGAIN})
+
+# Union branch indexes as their one-byte zigzag longs, in the schema's union order.
+_B_DOUBLE, _B_STRING, _B_LONG, _B_DOUBLE_ARRAY, _B_STRING_ARRAY, _B_STRUCT = (
+    bytes([2 * i]) for i in range(6)
+)
+
+_U64 = npt.NDArray[np.uint64]
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+# ---------------------------------------------------------------------------------------------
+
+
+def _long(n: int) -> bytes:
+    """One Avro long: zigzag, then little-endian base-128 varint."""
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+# Short strings dominate (channel names, tags, array lengths): their length prefixes are looked up.
+_SMALL_LONGS = [_long(i) for i in range(1024)]
+
+
+def _len_prefix(n: int) -> bytes:
+    return _SMALL_LONGS[n] if n < 1024 else _long(n)
+
+
+def _string(s: str) -> bytes:
+    b = s.encode("utf-8")
+    return _len_prefix(len(b)) + b
+
+
+def _zigzag(values: npt.NDArray[np.int64]) -> _U64:
+    # int64 shifts wrap as Avro's zigzag expects; the view reinterprets without copying.
+    return ((values << 1) ^ (values >> 63)).view(np.uint64)
+
+
+def _varints(z: _U64, prefix: int | None = None) -> bytes:
+    """Varints of ``z`` concatenated, each optionally preceded by one ``prefix`` byte.
+
+    Builds an (n, width) byte matrix, one column per 7-bit group up to the widest value, and keeps
+    each row's leading bytes with a boolean mask (row-major, so order is kept).
+    """
+    n = z.shape[0]
+    lens = np.ones(n, dtype=np.int64)
+    rest = z >> np.uint64(7)
+    while True:
+        more = rest != 0
+        if not more.any():
+            break
+        lens += more
+        rest >>= np.uint64(7)
+    width = int(lens.max()) if n else 1
+    lead = 0 if prefix is None else 1
+    mat = np.empty((n, width + lead), dtype=np.uint8)
+    if prefix is not None:
+        mat[:, 0] = prefix
+    last = lens - 1
+    for k in range(width):
+        group = ((z >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        mat[:, lead + k] = group | ((last > k).astype(np.uint8) << 7)
+    keep = np.arange(width + lead) < (lens + lead)[:, None]
+    return mat[keep].tobytes()
+
+
+def _long_array(values: npt.NDArray[np.int64]) -> bytes:
+    n = values.shape[0]
+    if n == 0:
+        return b"\x00"
+    return _len_prefix(n) + _varints(_zigzag(values)) + b"\x00"
+
+
+def _double_items(values: npt.NDArray[np.float64]) -> bytes:
+    n = values.shape[0]
+    if n == 0:
+        return b"\x00"
+    return _len_prefix(n) + values.astype("<f8", copy=False).tobytes() + b"\x00"
+
+
+def _string_items(values: Sequence[str]) -> bytes:
+    if not values:
+        return b"\x00"
+    return _len_prefix(len(values)) + b"".join(map(_string, values)) + b"\x00"
+
+
+def _encode_values(batch: SeriesBatch) -> bytes:
+    vt = batch.value_type
+    vals = batch.values
+    n = len(batch.timestamps)
+    if len(vals) != n:
+        raise ValueError(f"{n} timestamps but {len(vals)} values")
+    head = _len_prefix(n)
+    if vt is ValueType.DOUBLE:
+        # Each item is the branch byte then 8 little-endian bytes: one interleaved matrix.
+        mat = np.zeros((n, 9), dtype=np.uint8)
+        mat[:, 1:] = np.ascontiguousarray(vals, dtype="<f8").view(np.uint8).reshape(n, 8)
+        return head + mat.tobytes() + b"\x00"
+    if vt is ValueType.INT64 or vt is ValueType.UINT64:
+        col = np.asarray(vals)
+        if vt is ValueType.UINT64 or col.dtype.kind == "u":
+            col = col.astype(np.uint64, copy=False)
+            if col.size and int(col.max()) > _INT64_MAX:
+                bad = int(col[int(np.argmax(col > np.uint64(_INT64_MAX)))])
+                raise _Uint64OutOfRange(bad)
+        return head + _varints(_zigzag(col.astype(np.int64)), prefix=_B_LONG[0]) + b"\x00"
+    if vt is ValueType.STRING:
+        return head + b"".join([_B_STRING + _string(s) for s in vals]) + b"\x00"
+    if vt is ValueType.STRUCT:
+        return head + b"".join([_B_STRUCT + _string(s) for s in vals]) + b"\x00"
+    if vt is ValueType.DOUBLE_ARRAY:
+        return head + b"".join([_B_DOUBLE_ARRAY + _double_items(np.asarray(a)) for a in vals]) + b"\x00"
+    if vt is ValueType.STRING_ARRAY:
+        return head + b"".join([_B_STRING_ARRAY + _string_items(a) for a in vals]) + b"\x00"
+    raise ValueError(f"value type {vt!r} has no Avro form")
+
+
+class _Uint64OutOfRange(ValueError):
+    def __init__(self, value: int) -> None:
+        super().__init__(
+            f"uint64 value {value} is above 2**63 - 1 and cannot be an Avro long; it is not written "
+            "as a double because that would round it"
+        )
+
+
+def _encode_record(batch: SeriesBatch) -> bytes:
+    key = batch.key
+    tags = (
+        _len_prefix(len(key.tags)) + b"".join(_string(k) + _string(v) for k, v in key.tags) + b"\x00"
+        if key.tags
+        else b"\x00"
+    )
+    return (
+        _string(key.channel)
+        + _long_array(np.asarray(batch.timestamps, dtype=np.int64))
+        + _encode_values(batch)
+        + tags
+    )
+
+
+def _compress(codec: str, data: bytes) -> bytes:
+    if codec == "snappy":
+        # Avro's snappy framing: raw snappy, then the big-endian CRC-32 of the uncompressed bytes.
+        return bytes(cramjam.snappy.compress_raw(data)) + zlib.crc32(data).to_bytes(4, "big")
+    if codec == "deflate":
+        c = zlib.compressobj(6, zlib.DEFLATED, -15)
+        return c.compress(data) + c.flush()
+    return data
+
+
+def _header(codec: str, dataset_rid: str | None, sync: bytes) -> bytes:
+    meta = {"avro.schema": AVRO_STREAM_SCHEMA_JSON.encode(), "avro.codec": codec.encode()}
+    if dataset_rid is not None:
+        meta[DATASET_RID_METADATA_KEY] = dataset_rid.encode("utf-8")
+    body = b"".join(_string(k) + _len_prefix(len(v)) + v for k, v in meta.items())
+    return _MAGIC + _long(len(meta)) + body + b"\x00" + sync
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading an existing header (appending)
+# ---------------------------------------------------------------------------------------------
+
+
+def _read_long(f: BinaryIO) -> int:
+    shift = 0
+    z = 0
+    while True:
+        b = f.read(1)
+        if not b:
+            raise EOFError("file ends inside a number")
+        z |= (b[0] & 0x7F) << shift
+        if not b[0] & 0x80:
+            return (z >> 1) ^ -(z & 1)
+        shift += 7
+        if shift > 63:
+            raise ValueError("malformed varint")
+
+
+def _read_exact(f: BinaryIO, n: int) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise EOFError(f"file ends {n - len(data)} bytes early")
+    return data
+
+
+def _scan_existing(path: Path) -> tuple[dict[str, bytes], bytes, int]:
+    """Metadata, sync marker and length of the valid part of an existing container file.
+
+    Raises:
+        ValueError: not an Avro container, or a last block cut short (an interrupted write).
+    """
+    with open(path, "rb") as f:
+        if f.read(4) != _MAGIC:
+            raise ValueError(f"{path} exists and is not an Avro object container file")
+        meta: dict[str, bytes] = {}
+        try:
+            while True:
+                count = _read_long(f)
+                if count == 0:
+                    break
+                if count < 0:
+                    count = -count
+                    _read_long(f)
+                for _ in range(count):
+                    k = _read_exact(f, _read_long(f)).decode("utf-8")
+                    meta[k] = _read_exact(f, _read_long(f))
+            sync = _read_exact(f, _SYNC_SIZE)
+            end = f.tell()
+            while True:
+                first = f.read(1)
+                if not first:
+                    return meta, sync, end
+                f.seek(-1, os.SEEK_CUR)
+                _read_long(f)
+                size = _read_long(f)
+                f.seek(size, os.SEEK_CUR)
+                if _read_exact(f, _SYNC_SIZE) != sync:
+                    raise ValueError("a block's sync marker does not match the header's")
+                end = f.tell()
+        except (EOFError, ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(
+                f"{path} is damaged after byte {end if 'end' in locals() else 0} ({exc}), probably by an "
+                "interrupted write; move it aside or pass overwrite=True"
+            ) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# The target
+# ---------------------------------------------------------------------------------------------
+
+
+def _path_of(path_or_url: str | os.PathLike[str]) -> Path:
+    text = os.fspath(path_or_url)
+    if text.startswith("file:"):
+        parsed = urllib.parse.urlparse(text)
+        if parsed.netloc not in ("", "localhost"):
+            raise ValueError(f"file URL {text!r} names host {parsed.netloc!r}; only local files work")
+        return Path(urllib.parse.unquote(parsed.path))
+    return Path(text)
+
+
+class AvroFileTarget:
+    """Appends each request to an Avro file, durably, as one block.
+
+    Safe to call from many threads: blocks are encoded concurrently and appended one at a time.
+    ``send`` returns after the block is written and fsynced, so every acknowledged point survives
+    a crash, and the file is a valid container (readable by fastavro, ingestible by Nominal) after
+    every send that returns.
+
+    Args:
+        path: a file path or ``file://`` URL; the parent directory must exist.
+        dataset_rid: stored as the ``nominal.dataset_rid`` metadata entry; requests for any other
+            dataset are then refused. When None, the file has no rid entry and takes any request.
+        codec: ``"snappy"`` (nominal-streaming's choice), ``"deflate"`` or ``"null"``.
+        overwrite: replace an existing file instead of appending to it. Appending (the default)
+            keeps earlier data, e.g. a fallback file from an earlier run; the existing file must
+            have this schema and, if given, this dataset rid, and its codec is kept.
+
+    Raises:
+        ValueError: an unknown codec, a URL for another host, an existing file in another format
+            or for another dataset, or one whose last block was cut short.
+        OSError: the file cannot be created or is locked by another process.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dataset_rid: str | None = None,
+        codec: str = "snappy",
+        overwrite: bool = False,
+    ) -> None:
+        if codec not in _CODECS:
+            raise ValueError(f"codec {codec!r} is not one of {', '.join(_CODECS)}")
+        self._path = _path_of(path)
+        if not self._path.parent.is_dir():
+            raise FileNotFoundError(f"directory {self._path.parent} for {self._path.name} does not exist")
+        exists = not overwrite and self._path.exists() and self._path.stat().st_size > 0
+        header = b""
+        if exists:
+            meta, self._sync, valid_end = _scan_existing(self._path)
+            codec, dataset_rid = self._check_existing(meta, dataset_rid)
+        else:
+            self._sync = os.urandom(_SYNC_SIZE)
+            header = _header(codec, dataset_rid, self._sync)
+        self._codec = codec
+        self._dataset_rid = dataset_rid
+        flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        self._fd = os.open(self._path, flags, 0o644)
+        try:
+            if fcntl is not None:
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise OSError(
+                        errno.EBUSY, f"Avro file {self._path} is being written by another writer"
+                    ) from None
+            if exists:
+                # Anything past the last whole block was already refused by _scan_existing.
+                self._size = valid_end
+            else:
+                os.ftruncate(self._fd, 0)
+                os.pwrite(self._fd, header, 0)
+                os.fsync(self._fd)
+                self._size = len(header)
+                self._fsync_dir()
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._cond = threading.Condition()
+        self._inflight = 0
+        self._closed = False
+        self._broken: str | None = None
+        self._points = 0
+        self._requests = 0
+
+    def _check_existing(self, meta: dict[str, bytes], dataset_rid: str | None) -> tuple[str, str | None]:
+        import fastavro.schema
+
+        try:
+            theirs = json.loads(meta.get("avro.schema", b"null"))
+            same = fastavro.schema.to_parsing_canonical_form(theirs) == (
+                fastavro.schema.to_parsing_canonical_form(AVRO_STREAM_SCHEMA)
+            )
+        except Exception:
+            same = False
+        if not same:
+            raise ValueError(f"{self._path} exists with a schema other than io.nominal.ingest.AvroStream")
+        codec = meta.get("avro.codec", b"null").decode()
+        if codec not in _CODECS:
+            raise ValueError(f"{self._path} exists with codec {codec!r}, which this target cannot append")
+        file_rid = meta[DATASET_RID_METADATA_KEY].decode() if DATASET_RID_METADATA_KEY in meta else None
+        if dataset_rid is not None and file_rid != dataset_rid:
+            found = "no dataset rid" if file_rid is None else f"dataset rid {file_rid!r}"
+            raise ValueError(
+                f"{self._path} exists with {found}, not {dataset_rid!r}; use overwrite=True or another path"
+            )
+        return codec, file_rid
+
+    def _fsync_dir(self) -> None:
+        # A new file's directory entry must be durable too, or a crash can lose the whole file.
+        with contextlib.suppress(OSError):
+            dfd = os.open(self._path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+
+    @property
+    def path(self) -> Path:
+        """The file written."""
+        return self._path
+
+    @property
+    def dataset_rid(self) -> str | None:
+        """The rid in the file's metadata, if any."""
+        return self._dataset_rid
+
+    @property
+    def codec(self) -> str:
+        return self._codec
+
+    @property
+    def points_written(self) -> int:
+        """Points in blocks this target wrote and fsynced (not counting an appended file's past)."""
+        with self._cond:
+            return self._points
+
+    @property
+    def requests_written(self) -> int:
+        with self._cond:
+            return self._requests
+
+    def __repr__(self) -> str:
+        rid, codec = self._dataset_rid, self._codec
+        return f"AvroFileTarget({str(self._path)!r}, dataset_rid={rid!r}, codec={codec!r})"
+
+    def encode_block(self, batches: Iterable[SeriesBatch]) -> tuple[bytes, int]:
+        """One Avro block (count, size, data, sync) holding a record per non-empty batch.
+
+        Returns:
+            The block bytes and the number of points in it.
+
+        Raises:
+            TargetError: permanent; a value Avro cannot hold (see the module docs).
+        """
+        records = []
+        points = 0
+        for i, b in enumerate(batches):
+            if len(b) == 0:
+                continue
+            try:
+                records.append(_encode_record(b))
+            except _Uint64OutOfRange as exc:
+                raise TargetError(
+                    f"batches[{i}] series {b.key.describe()}: {exc}",
+                    retryable=False,
+                    code="uint64_out_of_range",
+                ) from None
+            except (ValueError, TypeError, UnicodeEncodeError) as exc:
+                raise TargetError(
+                    f"batches[{i}] series {b.key.describe()} ({b.value_type.value}) is not writable as Avro: "
+                    f"{exc}",
+                    retryable=False,
+                    code="invalid_request",
+                ) from None
+            points += len(b)
+        if not records:
+            return b"", 0
+        data = _compress(self._codec, b"".join(records))
+        return _long(len(records)) + _long(len(data)) + data + self._sync, points
+
+    def send(self, request: Request, timeout: float | None = None) -> None:
+        """Append the request as one block and fsync it.
+
+        Raises:
+            TargetError: permanent for a closed or damaged target, another dataset's request or
+                a value Avro cannot hold; retryable for a full disk and a timeout waiting for
+                other writers.
+        """
+        if self._dataset_rid is not None and request.dataset_rid != self._dataset_rid:
+            raise TargetError(
+                f"request for dataset {request.dataset_rid!r} sent to Avro file {self._path} of dataset "
+                f"{self._dataset_rid!r}",
+                retryable=False,
+                code="dataset_mismatch",
+            )
+        self._check_open()
+        block, points = self.encode_block(request.batches)
+        if not block:
+            return
+        if not self._cond.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            raise TargetError(
+                f"timed out after {timeout}s waiting to append to {self._path}",
+                retryable=True,
+                code="timeout",
+            )
+        try:
+            self._check_open()
+            # The lock guards the file's tail: a block must land contiguously and a failed one must
+            # be cut off before anyone appends after it. It is held for one write into the page
+            # cache; the fsync, the slow part, happens outside it.
+            self._append(block)
+            self._inflight += 1
+        finally:
+            self._cond.release()
+        try:
+            self._sync_or_break()
+        finally:
+            with self._cond:
+                self._inflight -= 1
+                self._cond.notify_all()
+        with self._cond:
+            self._points += points
+            self._requests += 1
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TargetError(f"Avro file target {self._path} is closed", retryable=False, code="closed")
+        if self._broken is not None:
+            raise TargetError(
+                f"Avro file target {self._path} stopped after an earlier failure: {self._broken}",
+                retryable=False,
+                code="broken",
+            )
+
+    def _append(self, block: bytes) -> None:
+        start = self._size
+        view = memoryview(block)
+        try:
+            while view:
+                written = os.pwrite(self._fd, view, start + len(block) - len(view))
+                view = view[written:]
+        except OSError as exc:
+            try:
+                # Cut the partial block off so the file stays a valid container.
+                os.ftruncate(self._fd, start)
+            except OSError as cut:
+                self._broken = f"could not remove a partly written block ({cut})"
+            raise TargetError(
+                f"writing {len(block)} bytes to {self._path} failed: {exc}",
+                retryable=exc.errno in _RETRYABLE_ERRNOS and self._broken is None,
+                code=errno.errorcode.get(exc.errno or 0, "OSError"),
+            ) from exc
+        self._size = start + len(block)
+
+    def _sync_or_break(self) -> None:
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            # After a failed fsync the kernel may have dropped the dirty pages and a later fsync
+            # can falsely succeed; retrying would risk both loss and duplicates, so stop here.
+            with self._cond:
+                self._broken = f"fsync failed ({exc})"
+            raise TargetError(
+                f"fsync of {self._path} failed: {exc}; data written since the last good send may be lost",
+                retryable=False,
+                code="fsync_failed",
+            ) from exc
+
+    def close(self) -> None:
+        """Wait for sends in progress, then close the file. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.wait_for(lambda: self._inflight == 0)
+            fd, self._fd = self._fd, -1
+        os.close(fd)
+
+    def __enter__(self) -> AvroFileTarget:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+
+
+class AvroSeries(NamedTuple):
+    """All points of one series in an Avro stream file, in file order."""
+
+    timestamps: npt.NDArray[np.int64]
+    #: float, int, str, list[float] (DoubleArray), list[str] (StringArray), or the JSON text of a
+    #: struct wrapped as :class:`JsonText`.
+    values: list[Any]
+
+
+class JsonText(str):
+    """A struct value read back: its JSON text, distinct from a plain string value."""
+
+    __slots__ = ()
+
+
+def _unwrap(value: Any) -> Any:
+    if isinstance(value, tuple):
+        name, rec = value
+        if name.endswith("JsonStruct"):
+            return JsonText(rec["json"])
+        return rec["items"]
+    return value
+
+
+def read_avro_file(path: str | os.PathLike[str]) -> dict[SeriesKey, AvroSeries]:
+    """Read an ``io.nominal.ingest.AvroStream`` file (ours or nominal-streaming's) by series.
+
+    Records of the same channel and tags are concatenated in file order. Union values come back
+    as their Python form: double -> float, long -> int, string -> str, DoubleArray -> list of
+    float, StringArray -> list of str, JsonStruct -> :class:`JsonText`.
+
+    Raises:
+        ValueError: the file is not an Avro container (fastavro's error, re-raised with the path).
+    """
+    import fastavro
+
+    p = _path_of(path)
+    out: dict[SeriesKey, tuple[list[int], list[Any]]] = {}
+    with open(p, "rb") as f:
+        try:
+            records = list(fastavro.reader(f, return_record_name=True))
+        except (ValueError, EOFError, StopIteration) as exc:
+            raise ValueError(f"{p} is not a readable Avro file: {exc}") from None
+    for rec in records:
+        assert isinstance(rec, dict)
+        key = SeriesKey.of(rec["channel"], rec["tags"])
+        ts, vals = out.setdefault(key, ([], []))
+        ts.extend(rec["timestamps"])
+        vals.extend(_unwrap(v) for v in rec["values"])
+    return {k: AvroSeries(np.array(ts, dtype=np.int64), vals) for k, (ts, vals) in out.items()}
+
