@@ -14,7 +14,10 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
+    "AvroFileTarget": "beam_nominal.targets.avro",
+    "FallbackTarget": "beam_nominal.targets.compose",
     "SeriesKey": "beam_nominal.model",
+    "TeeTarget": "beam_nominal.targets.compose",
     "ValueType": "beam_nominal.model",
 }
 
@@ -22,6 +25,8 @@ __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:
     from beam_nominal.model import SeriesKey, ValueType
+    from beam_nominal.targets.avro import AvroFileTarget
+    from beam_nominal.targets.compose import FallbackTarget, TeeTarget
 
 
 def __getattr__(name: str) -> Any:

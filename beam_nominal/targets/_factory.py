@@ -1,0 +1,54 @@
+"""Turn the ``target`` argument users give (a URL, a path or a target object) into a target."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from beam_nominal.targets.base import Target
+
+__all__ = ["target_from_url"]
+
+
+def target_from_url(
+    url_or_path: str | os.PathLike[str] | Target,
+    *,
+    dataset_rid: str | None = None,
+    token: Any = None,
+    **kwargs: Any,
+) -> Target:
+    """The target a URL or path names.
+
+    - ``grpc://host:port`` and ``grpcs://host[:port]``: a
+      :class:`beam_nominal.targets.grpc.GrpcTarget`, given ``token`` and ``kwargs``.
+    - a ``file://`` URL, or a path ending in ``.avro``: an
+      :class:`~beam_nominal.targets.avro.AvroFileTarget` recording ``dataset_rid``, given
+      ``kwargs`` (``codec``, ``overwrite``).
+    - an object with ``send`` and ``close``: returned unchanged.
+
+    Raises:
+        ValueError: anything else (the message lists the accepted forms).
+    """
+    if isinstance(url_or_path, Target) and not isinstance(url_or_path, (str, os.PathLike)):
+        return url_or_path
+    if not isinstance(url_or_path, (str, os.PathLike)):
+        raise ValueError(
+            f"target must be a URL, a path or an object with send() and close(), "
+            f"got {type(url_or_path).__name__}"
+        )
+    text = os.fspath(url_or_path)
+    scheme = text.split("://", 1)[0].lower() if "://" in text else ""
+    if scheme in ("grpc", "grpcs"):
+        # Imported here so Avro-only users never load grpc.
+        from beam_nominal.targets.grpc import GrpcTarget
+
+        target: Target = GrpcTarget(text, token=token, **kwargs)
+        return target
+    if scheme == "file" or (not scheme and text.endswith(".avro")):
+        from beam_nominal.targets.avro import AvroFileTarget
+
+        return AvroFileTarget(text, dataset_rid=dataset_rid, **kwargs)
+    raise ValueError(
+        f"cannot tell what target {text!r} is: use grpc://host:port, grpcs://host[:port], "
+        "a path ending in .avro, a file:// URL, or a target object"
+    )
