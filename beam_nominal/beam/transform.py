@@ -1,0 +1,259 @@
+# mypy: disable-error-code="no-untyped-call"
+"""``WriteToNominal``: the Beam sink transform.
+
+Example::
+
+    import apache_beam as beam
+    from beam_nominal.beam import WriteToNominal
+
+    with beam.Pipeline() as p:
+        points = p | beam.Create([("engine.rpm", "2024-05-01T12:00:00Z", 2400.0)])
+        result = points | WriteToNominal("grpcs://api.example:443", dataset_rid="ri...", token=secret)
+        result.failed | beam.Map(print)
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import apache_beam as beam
+from apache_beam.pvalue import PCollection
+from apache_beam.transforms.util import GroupIntoBatches
+
+from beam_nominal.beam._dofn import FAILED_TAG, SinkConfig, ToChunksDoFn, WriteChunksDoFn, WriteDoFn
+
+__all__ = ["DEFAULT_LOCAL_DATASET", "WriteToNominal", "WriteToNominalResult", "embedded_server"]
+
+_LOG = logging.getLogger(__name__)
+
+#: Dataset rid used with the embedded local server when none is given.
+DEFAULT_LOCAL_DATASET = "ri.beam-nominal.local.dataset"
+#: Where the embedded local server keeps its data when no ``local_data_dir`` is given.
+DEFAULT_LOCAL_DATA_DIR = "nominal-data"
+
+_LOCAL_RUNNERS = frozenset(
+    {
+        "FnApiRunner",
+        "DirectRunner",
+        "SwitchingDirectRunner",
+        "BundleBasedDirectRunner",
+        "PrismRunner",
+        "InteractiveRunner",
+        "TestDirectRunner",
+    }
+)
+
+
+class WriteToNominalResult(NamedTuple):
+    """What :class:`WriteToNominal` returns.
+
+    Attributes:
+        failed: a PCollection of :class:`~beam_nominal.beam.FailedElement` ``(element, error,
+            reason)``: elements that could not be written (no channel, bad timestamp, a value
+            whose type conflicts with its series, an unsupported value ...).
+    """
+
+    failed: PCollection[Any]
+
+
+_servers_lock = threading.Lock()
+_servers: dict[str, Any] = {}
+
+
+def embedded_server(data_dir: str | os.PathLike[str] = DEFAULT_LOCAL_DATA_DIR) -> Any:
+    """Start, or reuse, the process's embedded :class:`~beam_nominal.server.LocalServer` for ``data_dir``.
+
+    It serves until the process exits. Returns the running server (``.target`` is its URL).
+    """
+    from beam_nominal.server import LocalServer
+
+    path = os.path.abspath(os.fspath(data_dir))
+    with _servers_lock:
+        server = _servers.get(path)
+        if server is None:
+            server = LocalServer(path, port=0).start()
+            _servers[path] = server
+            atexit.register(server.stop, 1.0)
+            _LOG.info("WriteToNominal: embedded local server at %s, data in %s", server.target, path)
+        return server
+
+
+def _runner_is_local(pipeline: beam.Pipeline) -> tuple[bool, str]:
+    runner = getattr(pipeline, "runner", None)
+    name = type(runner).__name__ if runner is not None else "unknown"
+    if name in _LOCAL_RUNNERS:
+        return True, name
+    options = pipeline.options.get_all_options(drop_default=False) if pipeline.options else {}
+    # Portable runners whose SDK workers run in this process (LOOPBACK) or that run embedded can
+    # reach a loopback server; anything else runs on machines that cannot.
+    if options.get("job_endpoint") == "embed" or options.get("environment_type") == "LOOPBACK":
+        return True, name
+    return False, name
+
+
+def _identity(kv: tuple[str, Any]) -> tuple[str, Any]:
+    return kv
+
+
+class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
+    """Write telemetry elements to Nominal (or a Nominal-compatible server, or an Avro file).
+
+    Each element is read by its shape (see ``docs/beam.md``): a point ``(channel, timestamp,
+    value[, tags])``, a series ``(channel, timestamps, values[, tags])``, a wide record
+    ``(timestamp, {channel: value}[, tags])`` or a flat dict/Row/NamedTuple with a timestamp field
+    and one field per channel, or a pyarrow Table/RecordBatch with a timestamp column.
+
+    Delivery is at-least-once: a bundle finishes only once every point in it is acknowledged,
+    otherwise it raises and the runner retries it. Retried bundles re-send byte-identical requests
+    with the same idempotency keys.
+
+    Args:
+        target: ``grpc://host:port``, ``grpcs://host[:port]``, a path ending in ``.avro``, or a
+            zero-argument factory returning a target (called in ``DoFn.setup``). ``None`` starts
+            an embedded local server on local runners.
+        dataset_rid: the Nominal dataset to write to. Required with a target; defaults to
+            ``ri.beam-nominal.local.dataset`` with the embedded server.
+        token: API token as a string, a zero-argument callable, or an ``apache_beam`` ``Secret``;
+            resolved on the worker and never shown in display data, logs or repr.
+        timestamp_field: name of the timestamp field/column of elements.
+        tags: tags added to every series (an element's own tags win on a clash).
+        local_data_dir: data directory of the embedded server (default ``./nominal-data``).
+        cross_bundle_batching: batch series chunks across bundles with
+            ``GroupIntoBatches.WithShardedKey`` (for streaming runners' one-element bundles).
+        batch_size: chunks per batch with cross-bundle batching.
+        max_buffering_duration_secs: longest a chunk waits for its batch with cross-bundle batching.
+        **settings: NominalStream settings (``max_request_bytes``, ``max_request_points``,
+            ``max_in_flight``, ``max_buffered_bytes``, ``attempt_timeout``, ``max_attempts``,
+            ...). ``linger`` is always disabled here.
+
+    Raises:
+        ValueError: a target without ``dataset_rid``; no target on a remote runner (at expand).
+    """
+
+    def __init__(
+        self,
+        target: str | Callable[[], Any] | None = None,
+        dataset_rid: str | None = None,
+        token: Any = None,
+        *,
+        timestamp_field: str = "timestamp",
+        tags: Mapping[str, str] | None = None,
+        local_data_dir: str | os.PathLike[str] | None = None,
+        cross_bundle_batching: bool = False,
+        batch_size: int = 1000,
+        max_buffering_duration_secs: float = 5.0,
+        **settings: Any,
+    ) -> None:
+        super().__init__()
+        if target is not None and not isinstance(target, str) and not callable(target):
+            raise TypeError(
+                "target must be a URL string, a .avro path or a zero-argument factory, "
+                f"got {type(target).__name__}"
+            )
+        if target is not None and not dataset_rid:
+            raise ValueError("WriteToNominal needs dataset_rid when a target is given")
+        if target is None and local_data_dir is None:
+            local_data_dir = DEFAULT_LOCAL_DATA_DIR
+        if not isinstance(timestamp_field, str) or not timestamp_field:
+            raise ValueError(f"timestamp_field must be a non-empty string, got {timestamp_field!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        if max_buffering_duration_secs <= 0:
+            raise ValueError(f"max_buffering_duration_secs must be > 0, got {max_buffering_duration_secs!r}")
+        if tags is not None:
+            for k, v in tags.items():
+                if not isinstance(k, str) or not isinstance(v, str):
+                    raise ValueError(f"tags must map str to str, got {k!r}: {v!r:.80}")
+        settings.pop("linger", None)
+        self._validate_settings(settings)
+        self._target = target
+        self._dataset_rid = dataset_rid
+        self._token = token
+        self._timestamp_field = timestamp_field
+        self._tags = dict(tags) if tags else None
+        self._local_data_dir = local_data_dir
+        self._cross_bundle = cross_bundle_batching
+        self._batch_size = batch_size
+        self._max_buffering = max_buffering_duration_secs
+        self._settings = settings
+
+    @staticmethod
+    def _validate_settings(settings: Mapping[str, Any]) -> None:
+        """Fail at construction, not on a worker, when a stream setting is unknown or bad."""
+        try:
+            from beam_nominal import stream as _stream
+        except ImportError:
+            return
+        check = getattr(_stream, "validate_settings", None)
+        if check is not None:
+            check(**settings)
+
+    def __repr__(self) -> str:
+        return f"WriteToNominal(target={self._target!r}, dataset_rid={self._dataset_rid!r})"
+
+    def display_data(self) -> dict[str, Any]:
+        target = self._target
+        shown = (
+            target
+            if isinstance(target, str)
+            else ("embedded local server" if target is None else getattr(target, "__qualname__", "factory"))
+        )
+        return {"target": shown, "dataset_rid": self._dataset_rid or DEFAULT_LOCAL_DATASET}
+
+    def _config(self, pipeline: beam.Pipeline) -> SinkConfig:
+        target: Any = self._target
+        dataset_rid = self._dataset_rid
+        if target is None:
+            local, runner = _runner_is_local(pipeline)
+            if not local:
+                raise ValueError(
+                    f"WriteToNominal has no target and runner {runner} runs on remote workers that cannot "
+                    "reach an embedded local server: give target='grpcs://...' and dataset_rid='ri...'"
+                )
+            assert self._local_data_dir is not None
+            server = embedded_server(self._local_data_dir)
+            target = server.target
+            dataset_rid = dataset_rid or DEFAULT_LOCAL_DATASET
+            message = (
+                f"WriteToNominal: no target given; writing to the embedded local server {target} "
+                f"(data in {os.path.abspath(os.fspath(self._local_data_dir))}, dataset {dataset_rid})"
+            )
+            _LOG.warning(message)
+        assert dataset_rid is not None
+        return SinkConfig(
+            target=target,
+            dataset_rid=dataset_rid,
+            token=self._token,
+            settings=dict(self._settings),
+            timestamp_field=self._timestamp_field,
+            tags=self._tags,
+        )
+
+    def expand(self, pcoll: PCollection[Any]) -> WriteToNominalResult:
+        config = self._config(pcoll.pipeline)
+        if not self._cross_bundle:
+            outputs = pcoll | "Write" >> beam.ParDo(WriteDoFn(config)).with_outputs(
+                FAILED_TAG, main="written"
+            )
+            return WriteToNominalResult(failed=outputs[FAILED_TAG])
+        chunks = pcoll | "ToChunks" >> beam.ParDo(ToChunksDoFn(config)).with_outputs(
+            FAILED_TAG, main="chunks"
+        )
+        batched = (
+            chunks["chunks"]
+            | "Typed" >> beam.Map(_identity).with_output_types(tuple[str, Any])
+            | "Batch"
+            >> GroupIntoBatches.WithShardedKey(
+                self._batch_size, max_buffering_duration_secs=self._max_buffering
+            )
+        )
+        written = batched | "Write" >> beam.ParDo(WriteChunksDoFn(config)).with_outputs(
+            FAILED_TAG, main="written"
+        )
+        failed = (chunks[FAILED_TAG], written[FAILED_TAG]) | "Failed" >> beam.Flatten()
+        return WriteToNominalResult(failed=failed)
