@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class BeamNominalError(Exception):
     """Base of every error this package raises on purpose."""
@@ -30,6 +32,34 @@ class TargetError(BeamNominalError):
         super().__init__(message)
         self.retryable = retryable
         self.code = code
+
+
+class DeliveryError(BeamNominalError):
+    """``flush``/``close`` ended with points that were not acknowledged.
+
+    Attributes:
+        report: the stream's :class:`~beam_nominal.stream.DeliveryReport` at that moment.
+        undelivered: points not delivered per series (``SeriesKey`` -> count).
+        reasons: why, per series (the last failure seen for it).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        report: Any = None,
+        undelivered: dict[Any, int] | None = None,
+        reasons: dict[Any, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.report = report
+        self.undelivered = dict(undelivered or {})
+        self.reasons = dict(reasons or {})
+
+    @property
+    def points(self) -> int:
+        """Total points not delivered."""
+        return sum(self.undelivered.values())
 
 
 class BackpressureError(BeamNominalError):

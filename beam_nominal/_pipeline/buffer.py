@@ -1,0 +1,510 @@
+"""Per-series columnar buffers with the value type pinned by each series' first value.
+
+Points are held as columns: numpy chunks for timestamps and numeric values, plain lists for
+strings and arrays. Single-point appends go to a short staging tail per series that is turned into
+a numpy chunk every ``_TAIL_MAX`` points, because appending one value to a numpy array costs more
+than the whole rest of a scalar enqueue.
+
+Wide records (one timestamp, many channels) whose channel set repeats are appended as rows of a
+:class:`WideBlock` and transposed once when the block is materialised: appending to thousands of
+series one value at a time would dominate the cost.
+
+Nothing here is thread-safe; the stream serialises access with its lock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from beam_nominal.errors import SeriesTypeError
+from beam_nominal.model import SeriesKey, ValueType
+
+__all__ = [
+    "Buffer",
+    "SeriesBuffer",
+    "WideBlock",
+    "convert_scalar",
+    "struct_json",
+]
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+_UINT64_MAX = 2**64 - 1
+_TAIL_MAX = 4096
+
+#: Estimated encoded bytes of one timestamp (the fast encoder writes fixed-width timestamps).
+TS_BYTES = 16
+#: Estimated encoded bytes of one series' header in a request, plus its name.
+SERIES_OVERHEAD = 24
+
+_NUMERIC = {ValueType.DOUBLE, ValueType.INT64, ValueType.UINT64}
+_FIXED_VALUE_BYTES = {ValueType.DOUBLE: 8, ValueType.INT64: 10, ValueType.UINT64: 10}
+
+I64 = npt.NDArray[np.int64]
+
+
+class _Mismatch(Exception):
+    """Internal: a value does not belong to the type being checked."""
+
+
+def struct_json(channel: str, mapping: Mapping[str, Any]) -> str:
+    """Serialise a struct value as compact JSON text with sorted keys.
+
+    Sorted keys make equal mappings produce equal bytes, so a retried bundle produces identical
+    requests (and idempotency keys). NaN and infinities are rejected: they are not JSON.
+    """
+    if not isinstance(mapping, Mapping):
+        raise TypeError(
+            f"struct value of channel {channel!r} must be a mapping, got {type(mapping).__name__}"
+        )
+    try:
+        return json.dumps(mapping, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"struct value of channel {channel!r} is not JSON-serialisable: {exc}") from None
+
+
+def _to_double(v: Any) -> float:
+    if type(v) is float:
+        return v
+    if isinstance(v, (float, np.floating)):
+        return float(v)
+    raise _Mismatch
+
+
+def _to_int64(v: Any) -> int:
+    t = type(v)
+    if t is int:
+        if _INT64_MIN <= v <= _INT64_MAX:
+            return v  # type: ignore[no-any-return]
+        raise _Mismatch
+    if t is bool or isinstance(v, (np.bool_, np.signedinteger)):
+        return int(v)
+    raise _Mismatch
+
+
+def _to_uint64(v: Any) -> int:
+    # Non-negative Python ints are accepted into a uint64 series even when they would also fit
+    # int64: otherwise a counter that starts above 2**63 could never take a small value.
+    if (type(v) is int or isinstance(v, np.unsignedinteger)) and 0 <= v <= _UINT64_MAX:
+        return int(v)
+    raise _Mismatch
+
+
+def _to_string(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    raise _Mismatch
+
+
+_SCALAR_CONVERTERS: dict[ValueType, Callable[[Any], Any]] = {
+    ValueType.DOUBLE: _to_double,
+    ValueType.INT64: _to_int64,
+    ValueType.UINT64: _to_uint64,
+    ValueType.STRING: _to_string,
+}
+
+
+def convert_scalar(channel: str, value: Any) -> tuple[ValueType, Any]:
+    """The value type of a scalar and its normalised Python value (structs become JSON text)."""
+    try:
+        vt = ValueType.of_scalar(value)
+    except TypeError as exc:
+        raise TypeError(f"channel {channel!r}: {exc}") from None
+    if vt is ValueType.STRUCT:
+        return vt, struct_json(channel, value)
+    return vt, _SCALAR_CONVERTERS[vt](value)
+
+
+def _type_name(value: Any) -> str:
+    try:
+        return ValueType.of_scalar(value).value
+    except TypeError:
+        return type(value).__name__
+
+
+class SeriesBuffer:
+    """The buffered points of one series, as columns, plus its pinned type."""
+
+    __slots__ = (
+        "block",
+        "conv",
+        "key",
+        "nbytes",
+        "points",
+        "ts_chunks",
+        "ts_tail",
+        "val_chunks",
+        "val_tail",
+        "value_bytes",
+        "vtype",
+    )
+
+    def __init__(self, key: SeriesKey, vtype: ValueType) -> None:
+        self.key = key
+        self.vtype = vtype
+        self.conv = _SCALAR_CONVERTERS.get(vtype)
+        self.ts_chunks: list[I64] = []
+        self.val_chunks: list[Any] = []
+        self.ts_tail: list[int] = []
+        self.val_tail: list[Any] = []
+        self.points = 0
+        self.nbytes = 0
+        #: Fixed encoded bytes per value, or 0 where it varies (strings, arrays).
+        self.value_bytes = _FIXED_VALUE_BYTES.get(vtype, 0)
+        #: The wide block holding rows of this series not yet materialised, if any.
+        self.block: WideBlock | None = None
+
+    def conflict(self, got: str) -> SeriesTypeError:
+        return SeriesTypeError(
+            f"series {self.key.describe()} is pinned to {self.vtype.value} by its first value; "
+            f"got {got}. Nothing from this call was buffered."
+        )
+
+    # -- appends -------------------------------------------------------------------------------
+
+    def append(self, ts: int, value: Any, nbytes: int) -> None:
+        """Append one already-converted point."""
+        self.ts_tail.append(ts)
+        self.val_tail.append(value)
+        self.points += 1
+        self.nbytes += nbytes
+        if len(self.ts_tail) >= _TAIL_MAX:
+            self._spill_tail()
+
+    def extend(self, timestamps: I64, values: Any, nbytes: int) -> None:
+        """Append a column chunk (values in SeriesBatch form for this type)."""
+        if self.ts_tail:
+            self._spill_tail()
+        self.ts_chunks.append(timestamps)
+        self.val_chunks.append(values)
+        self.points += len(timestamps)
+        self.nbytes += nbytes
+
+    def _spill_tail(self) -> None:
+        self.ts_chunks.append(np.array(self.ts_tail, dtype=np.int64))
+        dtype = self.vtype.numpy_dtype
+        self.val_chunks.append(np.array(self.val_tail, dtype=dtype) if dtype is not None else self.val_tail)
+        self.ts_tail = []
+        self.val_tail = []
+
+    # -- taking --------------------------------------------------------------------------------
+
+    def _consolidate(self) -> tuple[I64, Any]:
+        if self.ts_tail:
+            self._spill_tail()
+        if len(self.ts_chunks) == 1:
+            return self.ts_chunks[0], self.val_chunks[0]
+        ts = np.concatenate(self.ts_chunks)
+        if self.vtype in _NUMERIC:
+            vals: Any = np.concatenate(self.val_chunks)
+        else:
+            vals = [v for chunk in self.val_chunks for v in chunk]
+        self.ts_chunks = [ts]
+        self.val_chunks = [vals]
+        return ts, vals
+
+    def take(self, n: int) -> tuple[I64, Any, int]:
+        """Remove and return the first ``n`` points: (timestamps, values, estimated bytes)."""
+        ts, vals = self._consolidate()
+        if n >= self.points:
+            nbytes = self.nbytes
+            self.ts_chunks, self.val_chunks = [], []
+            self.points = 0
+            self.nbytes = 0
+            return ts, vals, nbytes
+        nbytes = self.nbytes * n // self.points
+        self.ts_chunks, self.val_chunks = [ts[n:]], [vals[n:]]
+        self.points -= n
+        self.nbytes -= nbytes
+        return ts[:n], vals[:n], nbytes
+
+
+class WideBlock:
+    """Rows of wide records sharing one channel set (and tags), transposed at materialise time."""
+
+    __slots__ = (
+        "float_only",
+        "int_cols",
+        "keys",
+        "nbytes",
+        "row_bytes",
+        "rows",
+        "series",
+        "str_cols",
+        "ts",
+        "types",
+    )
+
+    def __init__(self, keys: tuple[str, ...], types: tuple[type, ...], series: list[SeriesBuffer]) -> None:
+        self.keys = keys
+        self.types = types
+        self.series = series
+        self.rows: list[list[Any]] = []
+        self.ts: list[int] = []
+        self.float_only = all(s.vtype is ValueType.DOUBLE for s in series)
+        # Python ints need a range check per row: their series type depends on magnitude.
+        self.int_cols = [i for i, t in enumerate(types) if t is int]
+        self.str_cols = [i for i, s in enumerate(series) if s.vtype is ValueType.STRING]
+        self.row_bytes = sum(TS_BYTES + s.value_bytes for s in series)
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def append(self, ts: int, values: list[Any]) -> int:
+        """Append one row whose value types equal ``self.types``; returns its estimated bytes.
+
+        Raises:
+            SeriesTypeError: a Python int outside its series' range (nothing is appended).
+        """
+        for i in self.int_cols:
+            s = self.series[i]
+            try:
+                s.conv(values[i])  # type: ignore[misc]
+            except _Mismatch:
+                raise s.conflict(f"{_type_name(values[i])} value {values[i]!r}") from None
+        nbytes = self.row_bytes
+        for i in self.str_cols:
+            nbytes += len(values[i]) + 3
+        self.rows.append(values)
+        self.ts.append(ts)
+        self.nbytes += nbytes
+        return nbytes
+
+    def materialise(self) -> None:
+        """Move every row into the member series as one chunk per series."""
+        rows, n = self.rows, len(self.ts)
+        if n:
+            ts = np.array(self.ts, dtype=np.int64)
+            share, extra = divmod(self.nbytes, len(self.series))
+            if self.float_only:
+                cols: Any = np.array(rows, dtype=np.float64).T.copy()
+                for j, s in enumerate(self.series):
+                    s.extend(ts, cols[j], share + (extra if j == 0 else 0))
+            else:
+                obj = np.empty((n, len(self.series)), dtype=object)
+                obj[:] = rows
+                cols = obj.T
+                for j, s in enumerate(self.series):
+                    dtype = s.vtype.numpy_dtype
+                    col = cols[j]
+                    vals = col.astype(dtype) if dtype is not None else col.tolist()
+                    s.extend(ts, vals, share + (extra if j == 0 else 0))
+        for s in self.series:
+            s.block = None
+        self.rows = []
+        self.ts = []
+        self.nbytes = 0
+
+
+class Buffer:
+    """All series of a stream, in first-seen order (the packer's deterministic order)."""
+
+    def __init__(self) -> None:
+        self.series: dict[SeriesKey, SeriesBuffer] = {}
+        #: Fast lookup for the scalar path: channel -> series, for tags None/{}.
+        self.untagged: dict[str, SeriesBuffer] = {}
+        #: (channel, tuple(tags.items())) -> series, skipping validation and sorting.
+        self.tagged: dict[tuple[str, tuple[tuple[str, str], ...]], SeriesBuffer] = {}
+        self.blocks: dict[tuple[tuple[str, str], ...], WideBlock] = {}
+        self.points = 0
+        self.nbytes = 0
+
+    # -- series lookup ---------------------------------------------------------------------------
+
+    def lookup(self, channel: str, tags: Mapping[str, str] | None) -> SeriesBuffer | None:
+        if not tags:
+            return self.untagged.get(channel)
+        try:
+            return self.tagged.get((channel, tuple(tags.items())))
+        except TypeError:  # unhashable tag values: let SeriesKey.of report them
+            return None
+
+    def pin(self, channel: str, tags: Mapping[str, str] | None, vtype: ValueType) -> SeriesBuffer:
+        """The series for (channel, tags), created with ``vtype`` if new.
+
+        Raises:
+            ValueError: a bad channel or tags.
+            SeriesTypeError: the series exists with another type.
+        """
+        s = self.lookup(channel, tags)
+        if s is None:
+            key = SeriesKey.of(channel, tags)
+            s = self.series.get(key)
+            if s is None:
+                s = SeriesBuffer(key, vtype)
+                self.series[key] = s
+            if not tags:
+                self.untagged[channel] = s
+            else:
+                self.tagged[(channel, tuple(tags.items()))] = s
+        if s.vtype is not vtype:
+            raise s.conflict(vtype.value)
+        return s
+
+    def check_type(self, channel: str, tags: Mapping[str, str] | None, vtype: ValueType) -> None:
+        """Raise SeriesTypeError if (channel, tags) exists with another type; creates nothing."""
+        s = self.lookup(channel, tags)
+        if s is None:
+            s = self.series.get(SeriesKey.of(channel, tags))
+        if s is not None and s.vtype is not vtype:
+            raise s.conflict(vtype.value)
+
+    # -- appends ---------------------------------------------------------------------------------
+
+    def add(self, s: SeriesBuffer, ts: int, value: Any, nbytes: int) -> None:
+        if s.block is not None:
+            self._materialise(s.block)
+        s.append(ts, value, nbytes)
+        self.points += 1
+        self.nbytes += nbytes
+
+    def add_chunk(self, s: SeriesBuffer, timestamps: I64, values: Any, nbytes: int) -> None:
+        if s.block is not None:
+            self._materialise(s.block)
+        s.extend(timestamps, values, nbytes)
+        self.points += len(timestamps)
+        self.nbytes += nbytes
+
+    def add_row(self, ts: int, record: Mapping[str, Any], tags: Mapping[str, str] | None) -> int:
+        """Append a wide record; returns the number of points added.
+
+        Raises:
+            SeriesTypeError / TypeError / ValueError: before anything is buffered.
+        """
+        tag_key = self._tag_key(tags)
+        keys = tuple(record)
+        values = list(record.values())
+        types = tuple(map(type, values))
+        block = self.blocks.get(tag_key)
+        if block is None or block.keys != keys or block.types != types:
+            block = self._new_block(tag_key, keys, types, values, tags)
+        nbytes = block.append(ts, values)
+        self.points += len(keys)
+        self.nbytes += nbytes
+        return len(keys)
+
+    def _tag_key(self, tags: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
+        if not tags:
+            return ()
+        return SeriesKey.of("_", tags).tags
+
+    def _new_block(
+        self,
+        tag_key: tuple[tuple[str, str], ...],
+        keys: tuple[str, ...],
+        types: tuple[type, ...],
+        values: list[Any],
+        tags: Mapping[str, str] | None,
+    ) -> WideBlock:
+        if not keys:
+            raise ValueError("enqueue_from_dict got an empty record")
+        # Validate every column before pinning any new series, so a bad record buffers nothing.
+        vtypes: list[ValueType] = []
+        for ch, v in zip(keys, values, strict=False):
+            try:
+                vt = ValueType.of_scalar(v)
+            except TypeError as exc:
+                raise TypeError(f"channel {ch!r}: {exc}") from None
+            if vt is ValueType.STRUCT:
+                raise TypeError(f"channel {ch!r}: enqueue_from_dict takes scalars; use enqueue_struct")
+            s = self.lookup(ch, tags) or self.series.get(SeriesKey.of(ch, tags))
+            if s is not None and s.vtype is not vt:
+                # A non-negative int into a uint64 series is fine (see _to_uint64).
+                if not (s.vtype is ValueType.UINT64 and vt is ValueType.INT64 and v >= 0):
+                    raise s.conflict(f"{vt.value} value {v!r:.80}")
+                vt = s.vtype
+            vtypes.append(vt)
+        old = self.blocks.get(tag_key)
+        if old is not None:
+            self._materialise(old)
+        series = [self.pin(ch, tags, vt) for ch, vt in zip(keys, vtypes, strict=False)]
+        for s in series:
+            if s.block is not None:
+                self._materialise(s.block)
+        block = WideBlock(keys, types, series)
+        for s in series:
+            s.block = block
+        self.blocks[tag_key] = block
+        return block
+
+    def _materialise(self, block: WideBlock) -> None:
+        block.materialise()
+        for k, b in list(self.blocks.items()):
+            if b is block:
+                del self.blocks[k]
+
+    def materialise_all(self) -> None:
+        for block in list(self.blocks.values()):
+            block.materialise()
+        self.blocks.clear()
+
+    # -- taking ----------------------------------------------------------------------------------
+
+    def pending(self) -> Iterator[SeriesBuffer]:
+        """Series with buffered points, in first-seen order."""
+        return (s for s in self.series.values() if s.points)
+
+    def taken(self, points: int, nbytes: int) -> None:
+        self.points -= points
+        self.nbytes -= nbytes
+
+
+def column_values(channel: str, vtype: ValueType, values: Any) -> tuple[Any, int]:
+    """Normalise a column of values for ``vtype``; returns (values in SeriesBatch form, value bytes)."""
+    if vtype in _NUMERIC:
+        arr = np.ascontiguousarray(values, dtype=vtype.numpy_dtype)
+        return arr, arr.size * _FIXED_VALUE_BYTES[vtype]
+    if vtype is ValueType.STRING:
+        out = [v if isinstance(v, str) else _bad(channel, vtype, v) for v in values]
+        return out, sum(map(len, out)) + 3 * len(out)
+    if vtype is ValueType.STRUCT:
+        out = [struct_json(channel, v) for v in values]
+        return out, sum(map(len, out)) + 3 * len(out)
+    raise AssertionError(vtype)  # pragma: no cover
+
+
+def _bad(channel: str, vtype: ValueType, v: Any) -> str:
+    raise SeriesTypeError(
+        f"channel {channel!r}: {vtype.value} column holds a {type(v).__name__} value {v!r:.80}"
+    )
+
+
+def float_rows(channel: str, rows: Any) -> tuple[list[npt.NDArray[np.float64]], int]:
+    """Normalise double-array rows: a 2-D array or a sequence of 1-D sequences."""
+    if isinstance(rows, np.ndarray) and rows.ndim == 2:
+        if rows.dtype.kind not in "fiu":
+            raise TypeError(f"channel {channel!r}: double-array rows must be numeric, got dtype {rows.dtype}")
+        arr = np.ascontiguousarray(rows, dtype=np.float64)
+        return list(arr), arr.size * 8 + 4 * len(arr)
+    out = [float_row(channel, r) for r in rows]
+    return out, sum(r.size for r in out) * 8 + 4 * len(out)
+
+
+def float_row(channel: str, row: Any) -> npt.NDArray[np.float64]:
+    if isinstance(row, (str, bytes, Mapping)):
+        raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers, got {row!r:.80}")
+    try:
+        arr = np.array(row, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}") from None
+    if arr.ndim != 1:
+        raise TypeError(f"channel {channel!r}: a double array must be 1-D, got shape {arr.shape}")
+    return arr
+
+
+def string_row(channel: str, row: Any) -> tuple[list[str], int]:
+    if isinstance(row, (str, bytes, Mapping)) or not isinstance(row, (Sequence, np.ndarray)):
+        raise TypeError(f"channel {channel!r}: a string array must be a sequence of str, got {row!r:.80}")
+    out = list(row) if not isinstance(row, np.ndarray) else row.tolist()
+    nbytes = 4
+    for v in out:
+        if not isinstance(v, str):
+            raise TypeError(f"channel {channel!r}: string array element {v!r:.80} is not a str")
+        nbytes += len(v) + 2
+    return out, nbytes

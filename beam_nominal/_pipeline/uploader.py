@@ -1,0 +1,182 @@
+"""Send cut requests on worker threads: bounded concurrency, retries, an outcome for every request.
+
+Workers call ``target.send``, which encodes the request lazily (``Request.body``), so encoding one
+request overlaps sending another. A retryable :class:`~beam_nominal.errors.TargetError` is retried
+with exponential backoff and jitter, each attempt under its own deadline, always with the same
+request object and therefore the same idempotency key. Every request ends in exactly one reported
+:class:`Outcome`; nothing is ever assumed delivered.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from beam_nominal.errors import TargetError
+from beam_nominal.settings import RetrySettings, UploadSettings
+from beam_nominal.targets.base import Request, Target
+
+__all__ = ["Outcome", "Uploader"]
+
+_log = logging.getLogger("beam_nominal.uploader")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one request ended.
+
+    Attributes:
+        acknowledged: the primary target accepted it.
+        fallback: the primary failed but the fallback target accepted it.
+        reason: why the primary failed ("" when acknowledged).
+        retries: attempts beyond the first.
+        nbytes: size of the request body (0 if it was never encoded).
+    """
+
+    acknowledged: bool
+    fallback: bool
+    reason: str
+    retries: int
+    nbytes: int
+
+
+class Uploader:
+    """A pool of ``max_in_flight`` worker threads draining a FIFO of requests.
+
+    ``on_done(request, outcome)`` is called exactly once per submitted request, from a worker
+    thread, or from :meth:`abandon` for requests never started.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        upload: UploadSettings,
+        retry: RetrySettings,
+        on_done: Callable[[Request, Outcome], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+        sleep: Callable[[float], bool] | None = None,
+    ) -> None:
+        self._target = target
+        # A FallbackTarget (targets/compose.py) takes requests the primary finally refused.
+        self._send_fallback: Callable[..., None] | None = getattr(target, "send_fallback", None)
+        self._upload = upload
+        self._retry = retry
+        self._on_done = on_done
+        self._clock = clock
+        self._rand = rand
+        self._stopped = threading.Event()
+        #: Waits ``delay`` seconds; True if the uploader was stopped meanwhile.
+        self._sleep = sleep if sleep is not None else self._stopped.wait
+        self._cond = threading.Condition()
+        self._queue: collections.deque[Request] = collections.deque()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+
+    def submit(self, request: Request) -> None:
+        """Queue a request; never blocks (the stream bounds what it submits)."""
+        with self._cond:
+            if self._stopped.is_set():
+                abandoned = True
+            else:
+                abandoned = False
+                self._queue.append(request)
+                if self._idle == 0 and len(self._threads) < self._upload.max_in_flight:
+                    t = threading.Thread(
+                        target=self._work, name=f"beam-nominal-upload-{len(self._threads)}", daemon=True
+                    )
+                    self._threads.append(t)
+                    t.start()
+                else:
+                    self._cond.notify()
+        if abandoned:
+            self._on_done(request, Outcome(False, False, "stream stopped before the request was sent", 0, 0))
+
+    def abandon(self) -> None:
+        """Stop: no new attempts or backoff waits; queued requests end as failed."""
+        self._stopped.set()
+        with self._cond:
+            pending = list(self._queue)
+            self._queue.clear()
+            self._cond.notify_all()
+        for request in pending:
+            self._on_done(request, Outcome(False, False, "stream closed before the request was sent", 0, 0))
+
+    def shutdown(self) -> None:
+        """Let workers exit once the queue is empty (they are daemons, so nothing waits on them)."""
+        self._stopped.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopped.is_set():
+                    self._idle += 1
+                    self._cond.wait()
+                    self._idle -= 1
+                if not self._queue:
+                    return
+                request = self._queue.popleft()
+            try:
+                outcome = self._deliver(request)
+            except BaseException as exc:  # never lose the outcome, even on a bug
+                outcome = Outcome(False, False, f"internal error: {exc!r}", 0, 0)
+            self._on_done(request, outcome)
+
+    def _deliver(self, request: Request) -> Outcome:
+        retry, start = self._retry, self._clock()
+        attempt = 0
+        while True:
+            attempt += 1
+            timeout = self._upload.attempt_timeout
+            if retry.total_timeout is not None:
+                timeout = max(0.001, min(timeout, retry.total_timeout - (self._clock() - start)))
+            try:
+                self._target.send(request, timeout=timeout)
+                return Outcome(True, False, "", attempt - 1, _body_len(request))
+            except TargetError as exc:
+                reason = f"{exc.code or type(exc).__name__}: {exc}"
+                retryable = exc.retryable
+            except Exception as exc:
+                reason, retryable = f"{type(exc).__name__}: {exc}", False
+            if not retryable:
+                break
+            if attempt >= retry.max_attempts:
+                reason = f"gave up after {attempt} attempts: {reason}"
+                break
+            delay = retry.backoff(attempt, self._rand())
+            if retry.total_timeout is not None and self._clock() - start + delay >= retry.total_timeout:
+                reason = f"gave up after {attempt} attempts ({retry.total_timeout}s retry budget): {reason}"
+                break
+            _log.debug(
+                "request %d attempt %d failed (%s); retrying in %.3fs", request.seq, attempt, reason, delay
+            )
+            if self._sleep(delay):
+                reason = f"stream closed while retrying: {reason}"
+                break
+        return self._to_fallback(request, reason, attempt - 1)
+
+    def _to_fallback(self, request: Request, reason: str, retries: int) -> Outcome:
+        if self._send_fallback is None:
+            return Outcome(False, False, reason, retries, 0)
+        try:
+            self._send_fallback(request, self._upload.attempt_timeout, reason=RuntimeError(reason))
+        except Exception as exc:
+            return Outcome(False, False, f"{reason}; fallback failed too: {exc}", retries, 0)
+        _log.warning(
+            "request %d (%d points) went to the fallback target: %s", request.seq, request.points, reason
+        )
+        return Outcome(False, True, reason, retries, 0)
+
+
+def _body_len(request: Request) -> int:
+    # Only count bytes that were actually encoded (a column target may never encode).
+    body = request.__dict__.get("body")
+    return len(body) if isinstance(body, bytes) else 0

@@ -1,0 +1,985 @@
+"""``NominalStream``: write telemetry from Python to Nominal, exactly, fast and bounded.
+
+The stream is a thin facade over buffer -> pack -> encode -> upload -> target::
+
+    with NominalStream("grpc://127.0.0.1:50051", dataset_rid="ri.dataset.x") as stream:
+        stream.enqueue("temp", "2024-01-01T00:00:00.000000001Z", 21.5)
+        stream.enqueue_batch("volts", timestamps_ns_array, values_array)
+        report = stream.flush()
+
+Values keep their type exactly (see :class:`~beam_nominal.model.ValueType`): Python floats are
+doubles, Python ints are int64 (or uint64 above 2**63 - 1), bools are int64 0/1, strings are
+strings, mappings are structs stored as compact JSON text with sorted keys (so equal mappings give
+equal bytes and retried bundles give identical requests). A series is pinned to the type of its
+first value; a conflicting value raises :class:`~beam_nominal.errors.SeriesTypeError` and buffers
+nothing from that call. As an exception, a non-negative Python int is accepted into a uint64
+series.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import os
+import signal
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from types import FrameType, TracebackType
+from typing import Any
+
+import numpy as np
+
+from beam_nominal._pipeline import buffer as _buf
+from beam_nominal._pipeline.buffer import TS_BYTES, Buffer, SeriesBuffer
+from beam_nominal._pipeline.packer import cut_requests
+from beam_nominal._pipeline.uploader import Outcome, Uploader
+from beam_nominal.errors import BackpressureError, DeliveryError, SeriesTypeError, StreamClosedError
+from beam_nominal.model import SeriesKey, ValueType, timestamp_ns, timestamps_ns
+from beam_nominal.settings import BatchSettings, RetrySettings, UploadSettings
+from beam_nominal.targets.base import Request, Target
+
+__all__ = ["DeliveryReport", "NominalStream", "StreamState"]
+
+_log = logging.getLogger("beam_nominal.stream")
+
+_TS_MIN = -(2**63)
+_TS_MAX = 2**63 - 1
+_Mismatch = _buf._Mismatch
+
+_SETTING_OWNERS: dict[str, type[Any]] = {
+    f.name: cls for cls in (BatchSettings, UploadSettings, RetrySettings) for f in fields(cls)
+}
+
+
+class StreamState(str, enum.Enum):
+    """Where a stream is in its life. Legal transitions, and nothing else::
+
+        OPEN ──close()/leaving `with`/SIGINT/dropped──> CLOSING ──all acknowledged──> CLOSED
+                                                        CLOSING ──anything undelivered──> FAILED
+
+    Writes are accepted only while OPEN; in every other state they raise
+    :class:`~beam_nominal.errors.StreamClosedError`. CLOSED and FAILED are final.
+    """
+
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class DeliveryReport:
+    """What a stream delivered so far (cumulative since it opened).
+
+    Attributes:
+        points: points acknowledged by the target.
+        series: distinct series with at least one acknowledged point.
+        requests: requests acknowledged.
+        bytes: encoded bytes of acknowledged requests.
+        retries: send attempts beyond the first, over all requests.
+        elapsed: seconds since the stream opened.
+        failed_points: points that were not delivered anywhere.
+        fallback_points: points the primary refused that the fallback target took.
+        fallback_requests: requests that went to the fallback.
+        fallback_path: where the fallback data is, or None without fallback.
+    """
+
+    points: int
+    series: int
+    requests: int
+    bytes: int
+    retries: int
+    elapsed: float
+    failed_points: int = 0
+    fallback_points: int = 0
+    fallback_requests: int = 0
+    fallback_path: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing was lost (points in the fallback are not lost)."""
+        return self.failed_points == 0
+
+
+class _Core:
+    """All state of a stream. Holds no reference to the facade, so the facade can be collected
+    (and its finaliser drain this) while worker threads still hold the core."""
+
+    def __init__(
+        self,
+        target: Target,
+        owns_target: bool,
+        dataset_rid: str,
+        batch: BatchSettings,
+        upload: UploadSettings,
+        retry: RetrySettings,
+        source_name: str | None,
+        clock: Callable[[], float],
+    ) -> None:
+        if upload.max_buffered_bytes < 2 * batch.max_request_bytes:
+            raise ValueError(
+                f"max_buffered_bytes ({upload.max_buffered_bytes}) must be at least twice "
+                f"max_request_bytes ({batch.max_request_bytes})"
+            )
+        self.target = target
+        self.owns_target = owns_target
+        self.dataset_rid = dataset_rid
+        self.batch = batch
+        self.upload = upload
+        self.retry = retry
+        self.source_name = source_name
+        self.clock = clock
+        self.started = clock()
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.close_lock = threading.Lock()
+        self.buffer = Buffer()
+        self.state = StreamState.OPEN
+        self.max_bytes = batch.max_request_bytes
+        self.max_points = batch.max_request_points
+        self.budget = upload.max_buffered_bytes
+        self.seq = 0
+        #: seq -> (request, estimated bytes) for every request cut and not yet ended.
+        self.in_flight: dict[int, tuple[Request, int]] = {}
+        self.in_flight_bytes = 0
+        self.first_buffered_at = 0.0
+        # Counters, updated only when a request ends.
+        self.points_acked = 0
+        self.requests_acked = 0
+        self.bytes_acked = 0
+        self.retries = 0
+        self.series_acked: set[SeriesKey] = set()
+        self.fallback_points = 0
+        self.fallback_requests = 0
+        self.failed: dict[SeriesKey, int] = {}
+        self.reasons: dict[SeriesKey, str] = {}
+        self.failed_points = 0
+        self.raised_failed = 0
+        self.final_report: DeliveryReport | None = None
+        self.uploader = Uploader(target, upload, retry, self.on_done, clock=clock)
+        self.linger_stop = threading.Event()
+        self.signal_restore: Any = None
+        #: Requests cut under the lock, to be handed to the uploader after releasing it.
+        self._pending_submit: list[Request] = []
+
+    # -- state under the lock --------------------------------------------------------------------
+
+    def check_open(self) -> None:
+        if self.state is not StreamState.OPEN:
+            raise StreamClosedError(f"stream for {self.dataset_rid} is {self.state.value}: no more writes")
+
+    def wait_room(self) -> None:
+        """Backpressure, lock held: wait until buffered + in-flight bytes are under budget."""
+        if self.buffer.nbytes + self.in_flight_bytes < self.budget:
+            return
+        if not self.upload.block_on_full:
+            raise BackpressureError(
+                f"{self.buffer.nbytes + self.in_flight_bytes} bytes buffered or in flight, budget "
+                f"{self.budget} (UploadSettings.max_buffered_bytes); block_on_full is off"
+            )
+        if self.buffer.nbytes >= self.max_bytes or self.buffer.points >= self.max_points:
+            # Waiting for in-flight requests is only useful if what is buffered can be cut.
+            self.cut_and_register(final=False)
+        while self.buffer.nbytes + self.in_flight_bytes >= self.budget:
+            if not self.in_flight:
+                # Nothing will free room (only possible if the budget is tiny against one call).
+                return
+            self.cond.wait()
+            self.check_open()
+
+    def cut_and_register(self, final: bool) -> list[Request]:
+        cuts = cut_requests(
+            self.buffer,
+            dataset_rid=self.dataset_rid,
+            max_bytes=self.max_bytes,
+            max_points=self.max_points,
+            final=final,
+            next_seq=self.seq,
+            source_name=self.source_name,
+        )
+        out = []
+        for c in cuts:
+            self.in_flight[c.request.seq] = (c.request, c.nbytes)
+            self.in_flight_bytes += c.nbytes
+            out.append(c.request)
+        self.seq += len(cuts)
+        self._pending_submit.extend(out)
+        return out
+
+    def take_submits(self) -> list[Request]:
+        out = self._pending_submit
+        self._pending_submit = []
+        return out
+
+    def submit(self, requests: list[Request]) -> None:
+        """Outside the lock: the uploader may report an outcome synchronously."""
+        for r in requests:
+            self.uploader.submit(r)
+
+    def on_done(self, request: Request, outcome: Outcome) -> None:
+        with self.lock:
+            entry = self.in_flight.pop(request.seq, None)
+            if entry is None:
+                return  # already written off by a timed-out close
+            self.in_flight_bytes -= entry[1]
+            self.retries += outcome.retries
+            if outcome.acknowledged:
+                self.points_acked += request.points
+                self.requests_acked += 1
+                self.bytes_acked += outcome.nbytes
+                self.series_acked.update(b.key for b in request.batches)
+            elif outcome.fallback:
+                self.fallback_points += request.points
+                self.fallback_requests += 1
+            else:
+                self._write_off(request, outcome.reason)
+            self.cond.notify_all()
+
+    def _write_off(self, request: Request, reason: str) -> None:
+        for b in request.batches:
+            self.failed[b.key] = self.failed.get(b.key, 0) + len(b)
+            self.reasons[b.key] = reason
+        self.failed_points += request.points
+
+    def report(self) -> DeliveryReport:
+        path = getattr(self.target, "fallback_location", None)
+        return DeliveryReport(
+            points=self.points_acked,
+            series=len(self.series_acked),
+            requests=self.requests_acked,
+            bytes=self.bytes_acked,
+            retries=self.retries,
+            elapsed=self.clock() - self.started,
+            failed_points=self.failed_points,
+            fallback_points=self.fallback_points,
+            fallback_requests=self.fallback_requests,
+            fallback_path=path if isinstance(path, str) else None,
+        )
+
+    def failure(self, what: str) -> DeliveryError | None:
+        """A DeliveryError for failures not raised yet (lock held), or None."""
+        if self.failed_points == self.raised_failed:
+            return None
+        self.raised_failed = self.failed_points
+        worst = sorted(self.failed.items(), key=lambda kv: -kv[1])
+        shown = "; ".join(f"{k.describe()}: {n} points ({self.reasons.get(k, '?')})" for k, n in worst[:5])
+        more = f"; and {len(worst) - 5} more series" if len(worst) > 5 else ""
+        return DeliveryError(
+            f"{what}: {self.failed_points} points of {len(worst)} series were not delivered: {shown}{more}",
+            report=self.report(),
+            undelivered=dict(self.failed),
+            reasons=dict(self.reasons),
+        )
+
+    # -- flush / close ---------------------------------------------------------------------------
+
+    def flush(self, timeout: float | None) -> DeliveryReport:
+        with self.lock:
+            self.cut_and_register(final=True)
+            reqs = self.take_submits()
+            upto = self.seq
+        self.submit(reqs)
+        deadline = None if timeout is None else self.clock() + timeout
+        with self.lock:
+            while any(seq < upto for seq in self.in_flight):
+                remaining = None if deadline is None else deadline - self.clock()
+                if remaining is not None and remaining <= 0:
+                    pending = [r for s, (r, _) in self.in_flight.items() if s < upto]
+                    raise self._timeout_error(f"flush timed out after {timeout}s", pending, write_off=False)
+                self.cond.wait(remaining)
+            err = self.failure("flush")
+            if err is not None:
+                raise err
+            return self.report()
+
+    def _timeout_error(self, what: str, pending: list[Request], write_off: bool) -> DeliveryError:
+        counts: dict[SeriesKey, int] = {}
+        for r in pending:
+            for b in r.batches:
+                counts[b.key] = counts.get(b.key, 0) + len(b)
+        if write_off:
+            for r in pending:
+                self._write_off(r, what)
+            err = self.failure(what)
+            assert err is not None
+            return err
+        total = sum(counts.values())
+        shown = "; ".join(f"{k.describe()}: {n} points" for k, n in list(counts.items())[:5])
+        return DeliveryError(
+            f"{what}: {total} points of {len(counts)} series not yet acknowledged: {shown}",
+            report=self.report(),
+            undelivered=counts,
+            reasons=dict.fromkeys(counts, what),
+        )
+
+    def close(self, timeout: float | None) -> DeliveryReport:
+        deadline = None if timeout is None else self.clock() + timeout
+        acquired = self.close_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout))
+        if not acquired:
+            with self.lock:
+                return self.final_report or self.report()
+        try:
+            with self.lock:
+                if self.final_report is not None:
+                    return self.final_report
+                self.state = StreamState.CLOSING
+                self.linger_stop.set()
+                self.cut_and_register(final=True)
+                reqs = self.take_submits()
+                self.cond.notify_all()  # writers blocked on backpressure see CLOSING
+            self.submit(reqs)
+            error: DeliveryError | None = None
+            with self.lock:
+                while self.in_flight:
+                    remaining = None if deadline is None else deadline - self.clock()
+                    if remaining is not None and remaining <= 0:
+                        break
+                    self.cond.wait(remaining)
+                abandoned = list(self.in_flight.values())
+                if abandoned:
+                    self.in_flight.clear()
+                    self.in_flight_bytes = 0
+                    error = self._timeout_error(
+                        f"close timed out after {timeout}s", [r for r, _ in abandoned], write_off=True
+                    )
+                else:
+                    error = self.failure("close")
+            self.uploader.abandon() if abandoned else self.uploader.shutdown()
+            if self.owns_target:
+                try:
+                    self.target.close()
+                except Exception as exc:
+                    _log.warning("closing target %r failed: %s", self.target, exc)
+            with self.lock:
+                self.state = StreamState.FAILED if self.failed_points else StreamState.CLOSED
+                self.final_report = self.report()
+                if error is not None:
+                    error.report = self.final_report
+            self.restore_signal()
+            if error is not None:
+                raise error
+            return self.final_report
+        finally:
+            self.close_lock.release()
+
+    # -- timers and signals ----------------------------------------------------------------------
+
+    def poll_linger(self) -> None:
+        """Cut partial buffers older than ``linger`` (called by the linger thread; tests call it)."""
+        linger = self.batch.linger
+        if linger is None:
+            return
+        with self.lock:
+            if self.state is not StreamState.OPEN or not self.buffer.points:
+                return
+            if self.clock() - self.first_buffered_at < linger:
+                return
+            self.cut_and_register(final=True)
+            reqs = self.take_submits()
+        self.submit(reqs)
+
+    def linger_loop(self) -> None:
+        linger = self.batch.linger
+        assert linger is not None
+        while not self.linger_stop.wait(linger / 2):
+            try:
+                self.poll_linger()
+            except Exception:  # pragma: no cover - keep the timer alive, the next flush reports
+                _log.exception("background flush failed")
+
+    def restore_signal(self) -> None:
+        handler, self.signal_restore = self.signal_restore, None
+        if handler is None or threading.current_thread() is not threading.main_thread():
+            return
+        with contextlib.suppress(ValueError, TypeError):
+            signal.signal(signal.SIGINT, handler)
+
+
+def _sigint_handler(ref: weakref.ref[_Core]) -> Callable[[int, FrameType | None], None]:
+    def handle(signum: int, frame: FrameType | None) -> None:
+        core = ref()
+        if core is not None:
+            if core.state is StreamState.OPEN:
+                core.state = StreamState.CLOSING  # one attribute store: no lock needed to stop writes
+            core.restore_signal()
+            # Drain here unless this thread was interrupted while holding the lock (the lock is
+            # not re-entrant): then leaving `with`, close() or the finaliser drains instead.
+            if core.lock.acquire(timeout=0.5):
+                core.lock.release()
+                try:
+                    core.close(core.upload.close_timeout)
+                except DeliveryError as exc:
+                    _log.error("draining on SIGINT: %s", exc)
+        raise KeyboardInterrupt
+
+    return handle
+
+
+def _finalize(core: _Core) -> None:
+    if core.final_report is not None:
+        return
+    warnings.warn(
+        f"NominalStream for {core.dataset_rid} was dropped without close(); draining now",
+        ResourceWarning,
+        stacklevel=2,
+    )
+    try:
+        core.close(core.upload.close_timeout)
+    except Exception as exc:
+        _log.error("draining a dropped NominalStream: %s", exc)
+
+
+class NominalStream:
+    """A buffered, concurrent, exact writer of telemetry to one Nominal dataset.
+
+    Args:
+        target: ``grpc://host:port`` (plaintext), ``grpcs://host[:port]`` (TLS), a path or
+            ``file://`` URL ending in ``.avro``, or any object with the
+            :class:`~beam_nominal.targets.base.Target` protocol. Targets made from a URL are
+            closed with the stream; a target object passed in is left open.
+        dataset_rid: the dataset every point goes to.
+        token: bearer token, or a callable returning one (called per request), for gRPC URLs;
+            defaults to ``NOMINAL_TOKEN``. Never logged or shown.
+        fallback: a path / ``file://`` URL of an Avro file, or a target, that takes requests the
+            target finally refused (permanent error or retries exhausted). The report counts them
+            as ``fallback_points``, not as delivered; flush/close then do not raise for them.
+        batch, upload, retry: settings objects; or give their fields directly as keywords
+            (``max_request_bytes=``, ``linger=``, ``max_in_flight=``, ``max_attempts=`` ...).
+        source_name: optional source name carried by every request.
+        ca_file: trusted roots for ``grpcs`` URLs (system roots by default).
+        clock: monotonic clock in seconds (injectable for tests of linger and timeouts).
+
+    Lifecycle: see :class:`StreamState`. Leaving a ``with`` block, even on an exception, closes the
+    stream, which drains everything enqueued (bounded by ``close_timeout``); on an exception the
+    original exception propagates and a delivery failure is logged and added as a note to it. A
+    stream dropped without ``close`` drains from its finaliser and warns ``ResourceWarning``. When
+    created in the main thread with Python's default SIGINT handler in place, Ctrl-C stops new
+    writes, drains, then raises ``KeyboardInterrupt``; the handler holds only a weak reference and
+    is restored on close. All methods are thread-safe; every point lands exactly once.
+    """
+
+    def __init__(
+        self,
+        target: str | os.PathLike[str] | Target,
+        *,
+        dataset_rid: str,
+        token: str | Callable[[], str] | None = None,
+        fallback: str | os.PathLike[str] | Target | None = None,
+        batch: BatchSettings | None = None,
+        upload: UploadSettings | None = None,
+        retry: RetrySettings | None = None,
+        source_name: str | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        **settings: Any,
+    ) -> None:
+        if not isinstance(dataset_rid, str) or not dataset_rid:
+            raise ValueError(f"dataset_rid must be a non-empty string, got {dataset_rid!r}")
+        groups: dict[type[Any], dict[str, Any]] = {}
+        for name, value in settings.items():
+            owner = _SETTING_OWNERS.get(name)
+            if owner is None:
+                raise TypeError(
+                    f"NominalStream got an unknown setting {name!r}; known: {sorted(_SETTING_OWNERS)}"
+                )
+            groups.setdefault(owner, {})[name] = value
+        batch = _merge(batch, BatchSettings, groups)
+        upload = _merge(upload, UploadSettings, groups)
+        retry = _merge(retry, RetrySettings, groups)
+        made, owns = _make_target(target, dataset_rid, token, ca_file)
+        try:
+            if fallback is not None:
+                from beam_nominal.targets.compose import with_fallback
+
+                made = with_fallback(made, fallback, dataset_rid=dataset_rid)
+                if not owns:
+                    # We own the wrapper (and the fallback file), not the primary passed in.
+                    made = _CloseOnlyFallback(made)
+                owns = True
+            self._core = core = _Core(made, owns, dataset_rid, batch, upload, retry, source_name, clock)
+        except BaseException:
+            if owns:
+                made.close()
+            raise
+        if batch.linger is not None:
+            threading.Thread(target=core.linger_loop, name="beam-nominal-linger", daemon=True).start()
+        self._finalizer = weakref.finalize(self, _finalize, core)
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            core.signal_restore = signal.default_int_handler
+            signal.signal(signal.SIGINT, _sigint_handler(weakref.ref(core)))
+
+    # -- introspection ---------------------------------------------------------------------------
+
+    @property
+    def state(self) -> StreamState:
+        """The stream's :class:`StreamState`."""
+        return self._core.state
+
+    @property
+    def dataset_rid(self) -> str:
+        return self._core.dataset_rid
+
+    def __repr__(self) -> str:
+        c = self._core
+        return f"NominalStream({c.target!r}, dataset_rid={c.dataset_rid!r}, state={c.state.value})"
+
+    def report(self) -> DeliveryReport:
+        """The cumulative report now, without flushing."""
+        with self._core.lock:
+            return self._core.report()
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def enqueue(
+        self, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None
+    ) -> None:
+        """Write one point.
+
+        Args:
+            channel: channel name.
+            timestamp: int ns, aware datetime, ISO-8601 string, datetime64, pandas/Beam Timestamp.
+            value: float, int, bool, str, numpy scalar, or a mapping (stored as a JSON struct).
+            tags: optional str -> str tags; None and {} are the same series.
+
+        Raises:
+            SeriesTypeError: the value's type differs from the series' pinned type.
+            StreamClosedError: the stream is not open.
+            BackpressureError: the buffer is full and ``block_on_full`` is off.
+        """
+        ts = (
+            timestamp
+            if type(timestamp) is int and _TS_MIN < timestamp <= _TS_MAX
+            else timestamp_ns(timestamp)
+        )
+        c = self._core
+        reqs = None
+        with c.lock:
+            if c.state is not StreamState.OPEN:
+                c.check_open()
+            buf = c.buffer
+            if buf.nbytes + c.in_flight_bytes >= c.budget:
+                c.wait_room()
+            s = buf.untagged.get(channel) if not tags else buf.lookup(channel, tags)
+            conv = s.conv if s is not None else None
+            if conv is None:
+                s, value = self._new_point(channel, tags, value)
+            else:
+                try:
+                    value = conv(value)
+                except _Mismatch:
+                    raise s.conflict(f"{_describe(value)}") from None  # type: ignore[union-attr]
+            assert s is not None
+            if not buf.points:
+                c.first_buffered_at = c.clock()
+            buf.add(s, ts, value, TS_BYTES + (s.value_bytes or len(value) + 3))
+            if buf.nbytes >= c.max_bytes or buf.points >= c.max_points:
+                c.cut_and_register(final=False)
+                reqs = c.take_submits()
+        if reqs:
+            c.submit(reqs)
+
+    def _new_point(
+        self, channel: str, tags: Mapping[str, str] | None, value: Any
+    ) -> tuple[SeriesBuffer, Any]:
+        """Slow path of enqueue (lock held): a new series, or a type without a scalar converter."""
+        buf = self._core.buffer
+        existing = buf.lookup(channel, tags)
+        if existing is None:
+            key = SeriesKey.of(channel, tags)
+            existing = buf.series.get(key)
+        if existing is not None and existing.conv is not None:
+            try:
+                return existing, existing.conv(value)
+            except _Mismatch:
+                raise existing.conflict(_describe(value)) from None
+        vt, converted = _buf.convert_scalar(channel, value)
+        if existing is not None and existing.vtype is not vt:
+            raise existing.conflict(_describe(value))
+        return buf.pin(channel, tags, vt), converted
+
+    def enqueue_batch(
+        self, channel: str, timestamps: Any, values: Any, tags: Mapping[str, str] | None = None
+    ) -> None:
+        """Write many points of one series.
+
+        Args:
+            channel: channel name.
+            timestamps: int64 ns / datetime64 array, or a sequence of any accepted timestamp.
+            values: a 1-D numpy array or sequence of one type; a 2-D float array (or a sequence of
+                float sequences) is a double-array series, one row per timestamp; a sequence of
+                str sequences is a string-array series; a sequence of mappings is a struct series.
+            tags: optional tags.
+
+        Raises:
+            ValueError: lengths differ, or a bad channel/timestamp.
+            SeriesTypeError / TypeError: a value type conflict or an unsupported value.
+        """
+        ts = np.array(timestamps_ns(timestamps), dtype=np.int64, copy=True)
+        c = self._core
+        with c.lock:
+            c.check_open()
+            pinned = self._pinned(channel, tags)
+        vt, vals, vbytes = _column(channel, values, pinned)
+        if len(vals) != len(ts):
+            raise ValueError(f"channel {channel!r}: {len(ts)} timestamps but {len(vals)} values")
+        if not len(ts):
+            return
+        self._add_chunk(channel, tags, vt, ts, vals, vbytes + TS_BYTES * len(ts))
+
+    def _pinned(self, channel: str, tags: Mapping[str, str] | None) -> ValueType | None:
+        buf = self._core.buffer
+        s = buf.lookup(channel, tags) or buf.series.get(SeriesKey.of(channel, tags))
+        return s.vtype if s is not None else None
+
+    def _add_chunk(
+        self, channel: str, tags: Mapping[str, str] | None, vt: ValueType, ts: Any, vals: Any, nbytes: int
+    ) -> None:
+        c = self._core
+        with c.lock:
+            c.check_open()
+            c.wait_room()
+            s = c.buffer.pin(channel, tags, vt)
+            if not c.buffer.points:
+                c.first_buffered_at = c.clock()
+            c.buffer.add_chunk(s, ts, vals, nbytes)
+            c.cut_and_register(final=False)
+            reqs = c.take_submits()
+        c.submit(reqs)
+
+    def enqueue_from_dict(
+        self, timestamp: Any, channel_values: Mapping[str, Any], tags: Mapping[str, str] | None = None
+    ) -> None:
+        """Write one wide record: many channels at one timestamp (scalar values only).
+
+        Records whose channel set repeats are buffered as rows and transposed once per cut.
+
+        Raises:
+            SeriesTypeError / TypeError: a value conflicts or is not a scalar; nothing from the
+                record is buffered.
+        """
+        ts = (
+            timestamp
+            if type(timestamp) is int and _TS_MIN < timestamp <= _TS_MAX
+            else timestamp_ns(timestamp)
+        )
+        c = self._core
+        reqs = None
+        with c.lock:
+            if c.state is not StreamState.OPEN:
+                c.check_open()
+            buf = c.buffer
+            if buf.nbytes + c.in_flight_bytes >= c.budget:
+                c.wait_room()
+            if not buf.points:
+                c.first_buffered_at = c.clock()
+            buf.add_row(ts, channel_values, tags)
+            if buf.nbytes >= c.max_bytes or buf.points >= c.max_points:
+                c.cut_and_register(final=False)
+                reqs = c.take_submits()
+        if reqs:
+            c.submit(reqs)
+
+    def enqueue_float_array(
+        self, channel: str, timestamp: Any, values: Any, tags: Mapping[str, str] | None = None
+    ) -> None:
+        """Write one double-array value (a 1-D sequence of numbers)."""
+        ts = np.array([timestamp_ns(timestamp)], dtype=np.int64)
+        row = _buf.float_row(channel, values)
+        self._add_chunk(channel, tags, ValueType.DOUBLE_ARRAY, ts, [row], TS_BYTES + 8 * row.size + 4)
+
+    def enqueue_string_array(
+        self, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
+    ) -> None:
+        """Write one string-array value."""
+        ts = np.array([timestamp_ns(timestamp)], dtype=np.int64)
+        row, nbytes = _buf.string_row(channel, values)
+        self._add_chunk(channel, tags, ValueType.STRING_ARRAY, ts, [row], TS_BYTES + nbytes)
+
+    def enqueue_struct(
+        self, channel: str, timestamp: Any, value: Mapping[str, Any], tags: Mapping[str, str] | None = None
+    ) -> None:
+        """Write one struct value, stored as compact JSON text with sorted keys."""
+        ts = timestamp_ns(timestamp)
+        text = _buf.struct_json(channel, value)
+        self._add_chunk(
+            channel, tags, ValueType.STRUCT, np.array([ts], dtype=np.int64), [text], TS_BYTES + len(text) + 3
+        )
+
+    def enqueue_table(
+        self, table: Any, timestamp_column: str = "timestamp", tags: Mapping[str, str] | None = None
+    ) -> None:
+        """Write a pyarrow ``Table`` or ``RecordBatch``: one channel per column besides timestamps.
+
+        Null values are skipped (Nominal has no null). Timestamp columns may be Arrow timestamps
+        (any unit; naive ones are taken as UTC, as Arrow stores UTC) or int64 nanoseconds.
+
+        Raises:
+            ValueError: no such timestamp column, or nulls in it.
+            SeriesTypeError / TypeError: a column conflicts with its series or has no Nominal type;
+                nothing from the table is buffered.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        if timestamp_column not in table.column_names:
+            raise ValueError(
+                f"table has no timestamp column {timestamp_column!r}; columns: {table.column_names}"
+            )
+        tcol = table.column(timestamp_column)
+        if tcol.null_count:
+            raise ValueError(f"timestamp column {timestamp_column!r} has {tcol.null_count} nulls")
+        if pa.types.is_timestamp(tcol.type):
+            ts_all = pc.cast(tcol, pa.timestamp("ns", tcol.type.tz)).combine_chunks().cast(pa.int64())
+            ts_np = np.asarray(ts_all.to_numpy(), dtype=np.int64)
+        elif pa.types.is_integer(tcol.type):
+            ts_np = timestamps_ns(tcol.combine_chunks().to_numpy())
+        else:
+            raise TypeError(
+                f"timestamp column {timestamp_column!r} has type {tcol.type}; use timestamp or int64 ns"
+            )
+        prepared = []
+        with self._core.lock:
+            self._core.check_open()
+            pinned = {
+                name: self._pinned(name, tags) for name in table.column_names if name != timestamp_column
+            }
+        for name in table.column_names:
+            if name == timestamp_column:
+                continue
+            col = table.column(name).combine_chunks()
+            ts = ts_np
+            if col.null_count:
+                keep = pc.is_valid(col).to_numpy(zero_copy_only=False)
+                col = col.filter(pc.is_valid(col))
+                ts = ts_np[keep]
+            vt, vals, vbytes = _arrow_column(name, col, pinned[name])
+            prepared.append((name, vt, np.array(ts, dtype=np.int64), vals, vbytes + TS_BYTES * len(ts)))
+        for name, vt, ts, vals, nbytes in prepared:
+            if len(ts):
+                self._add_chunk(name, tags, vt, ts, vals, nbytes)
+
+    # -- delivery and lifecycle ------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> DeliveryReport:
+        """Send everything buffered and wait until every point enqueued so far has ended.
+
+        Returns:
+            The cumulative :class:`DeliveryReport`.
+
+        Raises:
+            DeliveryError: points failed since the last error was raised, or ``timeout`` passed
+                (the error names how many points of which series, and why).
+        """
+        return self._core.flush(timeout)
+
+    def close(self, timeout: float | None = None) -> DeliveryReport:
+        """Stop writes, drain, close an owned target. Idempotent; bounded by ``timeout``.
+
+        ``timeout`` defaults to ``UploadSettings.close_timeout``. Requests still unacknowledged
+        when it passes are written off as failed (and reported), never waited on longer.
+
+        Raises:
+            DeliveryError: points were not delivered (state becomes FAILED).
+        """
+        core = self._core
+        if timeout is None:
+            timeout = core.upload.close_timeout
+        try:
+            return core.close(timeout)
+        finally:
+            self._finalizer.detach()
+
+    def __enter__(self) -> NominalStream:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except DeliveryError as delivery:
+            _log.error("while handling %s: %s", exc_type.__name__ if exc_type else "?", delivery)
+            exc.add_note(f"beam_nominal: also, {delivery}")
+
+
+class _CloseOnlyFallback:
+    """A FallbackTarget whose close() closes only the fallback (the primary belongs to the caller)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def send(self, request: Request, timeout: float | None = None) -> None:
+        self._inner.send(request, timeout)
+
+    def send_fallback(self, request: Request, timeout: float | None = None, *, reason: Any = None) -> None:
+        self._inner.send_fallback(request, timeout, reason=reason)
+
+    @property
+    def fallback_location(self) -> str:
+        return str(self._inner.fallback_location)
+
+    def close(self) -> None:
+        self._inner.fallback.close()
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+
+def _merge(given: Any, cls: type[Any], groups: dict[type[Any], dict[str, Any]]) -> Any:
+    import dataclasses
+
+    overrides = groups.get(cls, {})
+    if given is None:
+        return cls(**overrides)
+    if not isinstance(given, cls):
+        raise TypeError(f"expected {cls.__name__}, got {type(given).__name__}")
+    return dataclasses.replace(given, **overrides) if overrides else given
+
+
+def _make_target(target: Any, dataset_rid: str, token: Any, ca_file: Any) -> tuple[Target, bool]:
+    from beam_nominal.targets._factory import target_from_url
+
+    extra = {"ca_file": ca_file} if ca_file is not None else {}
+    made = target_from_url(target, dataset_rid=dataset_rid, token=token, **extra)
+    return made, made is not target
+
+
+def _describe(value: Any) -> str:
+    try:
+        vt = ValueType.of_scalar(value).value
+    except TypeError:
+        vt = type(value).__name__
+    return f"{vt} value {value!r:.80}"
+
+
+_SCALAR_PYTYPES = {float: ValueType.DOUBLE, str: ValueType.STRING, bool: ValueType.INT64}
+
+
+def _column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueType, Any, int]:
+    """Normalise a batch of values: (value type, values in SeriesBatch form, value bytes)."""
+    if isinstance(values, np.ndarray):
+        if values.ndim == 2:
+            rows, nbytes = _buf.float_rows(channel, values)
+            return _check_pin(channel, pinned, ValueType.DOUBLE_ARRAY), rows, nbytes
+        if values.ndim != 1:
+            raise TypeError(f"channel {channel!r}: values must be 1-D or 2-D, got shape {values.shape}")
+        if values.dtype.kind != "O":
+            try:
+                vt = ValueType.of_dtype(values.dtype)
+            except TypeError as exc:
+                raise TypeError(f"channel {channel!r}: {exc}") from None
+            if vt is ValueType.INT64 and pinned is ValueType.UINT64 and values.dtype.kind in "iu":
+                if values.size and values.min() < 0:
+                    raise _conflict(channel, pinned, "negative int64 values")
+                vt = ValueType.UINT64
+            vt = _check_pin(channel, pinned, vt)
+            if vt is ValueType.STRING:
+                out = values.astype(str).tolist()
+                return vt, out, sum(map(len, out)) + 3 * len(out)
+            arr = np.array(values, dtype=vt.numpy_dtype, copy=True)
+            return vt, arr, arr.size * (8 if vt is ValueType.DOUBLE else 10)
+        values = values.tolist()
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, (Sequence, np.ndarray)):
+        if not hasattr(values, "__len__") or isinstance(values, (str, bytes, Mapping)):
+            raise TypeError(
+                f"channel {channel!r}: values must be a sequence or numpy array, got {type(values).__name__}"
+            )
+        values = list(values)
+    if not len(values):
+        return pinned or ValueType.DOUBLE, np.empty(0), 0
+    first = values[0]
+    if isinstance(first, Mapping):
+        vt = _check_pin(channel, pinned, ValueType.STRUCT)
+        out = [_buf.struct_json(channel, v) for v in values]
+        return vt, out, sum(map(len, out)) + 3 * len(out)
+    if isinstance(first, np.ndarray) or (isinstance(first, Sequence) and not isinstance(first, (str, bytes))):
+        inner = first[0] if len(first) else None
+        if isinstance(inner, str):
+            vt = _check_pin(channel, pinned, ValueType.STRING_ARRAY)
+            srows: list[list[str]] = []
+            nbytes = 0
+            for r in values:
+                row, nb = _buf.string_row(channel, r)
+                srows.append(row)
+                nbytes += nb
+            return vt, srows, nbytes
+        vt = _check_pin(channel, pinned, ValueType.DOUBLE_ARRAY)
+        frows, nbytes = _buf.float_rows(channel, values)
+        return vt, frows, nbytes
+    try:
+        vt = ValueType.of_scalar(first)
+    except TypeError as exc:
+        raise TypeError(f"channel {channel!r}: values[0]: {exc}") from None
+    if vt is ValueType.INT64 and pinned is ValueType.UINT64:
+        vt = ValueType.UINT64
+    elif vt is ValueType.INT64 and pinned is None and type(first) is int:
+        # A Python int column is int64 unless some value needs uint64.
+        try:
+            np.array(values, dtype=np.int64)
+        except OverflowError:
+            vt = ValueType.UINT64
+    vt = _check_pin(channel, pinned, vt)
+    conv = _buf._SCALAR_CONVERTERS[vt]
+    try:
+        out = [conv(v) for v in values]
+    except _Mismatch:
+        for i, v in enumerate(values):
+            try:
+                conv(v)
+            except _Mismatch:
+                raise SeriesTypeError(
+                    f"channel {channel!r}: values[{i}] is a {_describe(v)} in a {vt.value} column"
+                ) from None
+        raise  # pragma: no cover
+    if vt is ValueType.STRING:
+        return vt, out, sum(map(len, out)) + 3 * len(out)
+    arr = np.array(out, dtype=vt.numpy_dtype)
+    return vt, arr, arr.size * (8 if vt is ValueType.DOUBLE else 10)
+
+
+def _conflict(channel: str, pinned: ValueType, got: str) -> SeriesTypeError:
+    return SeriesTypeError(f"series {channel!r} is pinned to {pinned.value} by its first value; got {got}")
+
+
+def _check_pin(channel: str, pinned: ValueType | None, vt: ValueType) -> ValueType:
+    if pinned is not None and pinned is not vt:
+        raise _conflict(channel, pinned, vt.value)
+    return vt
+
+
+def _arrow_column(name: str, col: Any, pinned: ValueType | None) -> tuple[ValueType, Any, int]:
+    import pyarrow as pa
+
+    t = col.type
+    if pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t):
+        arr = col.to_numpy(zero_copy_only=False)
+        return _column(name, arr, pinned)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        out = col.to_pylist()
+        return _check_pin(name, pinned, ValueType.STRING), out, sum(map(len, out)) + 3 * len(out)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        vtype = t.value_type
+        if pa.types.is_string(vtype) or pa.types.is_large_string(vtype):
+            rows = col.to_pylist()
+            nbytes = sum(sum(map(len, r)) + 2 * len(r) + 4 for r in rows)
+            return _check_pin(name, pinned, ValueType.STRING_ARRAY), rows, nbytes
+        if pa.types.is_floating(vtype) or pa.types.is_integer(vtype):
+            frows = [np.asarray(r.values.to_numpy(zero_copy_only=False), dtype=np.float64) for r in col]
+            return _check_pin(name, pinned, ValueType.DOUBLE_ARRAY), frows, sum(r.size * 8 + 4 for r in frows)
+    if pa.types.is_struct(t) or pa.types.is_map(t):
+        out = [_buf.struct_json(name, dict(v) if not isinstance(v, dict) else v) for v in col.to_pylist()]
+        return _check_pin(name, pinned, ValueType.STRUCT), out, sum(map(len, out)) + 3 * len(out)
+    raise TypeError(f"column {name!r} has Arrow type {t}, which has no Nominal type")

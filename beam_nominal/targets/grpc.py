@@ -1,0 +1,132 @@
+"""Send requests to Nominal's ``WriteColumnBatches`` gRPC method (or the local server)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from beam_nominal._wire import metadata
+from beam_nominal.errors import TargetError
+from beam_nominal.targets.base import Request
+
+__all__ = ["GrpcTarget", "TokenSource"]
+
+#: A token, or a callable returning the current token (called per request so it can refresh).
+TokenSource = str | Callable[[], str] | None
+
+_RETRYABLE = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.ABORTED,
+    }
+)
+
+
+def _identity(b: bytes) -> bytes:
+    return b
+
+
+class GrpcTarget:
+    """A :class:`~beam_nominal.targets.base.Target` over one gRPC channel.
+
+    Args:
+        url: ``grpc://host:port`` (plaintext, for loopback and private networks) or
+            ``grpcs://host[:port]`` (TLS; port 443 by default).
+        token: a bearer token, a callable returning one (called for every request), or None to
+            read ``NOMINAL_TOKEN`` from the environment (no auth header if unset). Never logged
+            nor shown in ``repr``.
+        ca_file: PEM file of trusted roots for ``grpcs``; the system roots when None.
+        options: extra gRPC channel options.
+
+    Raises:
+        ValueError: an unsupported URL.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: TokenSource = None,
+        ca_file: str | os.PathLike[str] | None = None,
+        options: list[tuple[str, object]] | None = None,
+    ) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("grpc", "grpcs") or not parsed.hostname:
+            raise ValueError(f"gRPC target URL must be grpc://host:port or grpcs://host[:port], got {url!r}")
+        if parsed.scheme == "grpc" and parsed.port is None:
+            raise ValueError(f"plaintext gRPC target URL needs a port: {url!r}")
+        if parsed.path not in ("", "/"):
+            raise ValueError(f"gRPC target URL must not have a path: {url!r}")
+        port = parsed.port or 443
+        host = parsed.hostname
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.url = f"{parsed.scheme}://{address}"
+        opts: list[tuple[str, object]] = [
+            ("grpc.max_send_message_length", metadata.MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", metadata.MAX_MESSAGE_BYTES),
+            *(options or []),
+        ]
+        if parsed.scheme == "grpcs":
+            roots = Path(ca_file).read_bytes() if ca_file is not None else None
+            self._channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(roots), options=opts)
+        else:
+            self._channel = grpc.insecure_channel(address, options=opts)
+        if token is None:
+            token = os.environ.get("NOMINAL_TOKEN") or None
+        self._token = token
+        self._call = self._channel.unary_unary(
+            metadata.WRITE_COLUMN_BATCHES, request_serializer=_identity, response_deserializer=_identity
+        )
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"GrpcTarget({self.url!r}, token={'<set>' if self._token else None})"
+
+    def _auth(self) -> str | None:
+        token = self._token() if callable(self._token) else self._token
+        return f"Bearer {token}" if token else None
+
+    def send(self, request: Request, timeout: float | None = None) -> None:
+        """Send one request; return when the server acknowledged it.
+
+        Raises:
+            TargetError: with ``retryable`` True for UNAVAILABLE, RESOURCE_EXHAUSTED,
+                DEADLINE_EXCEEDED and ABORTED, and ``code`` the status name.
+        """
+        if self._closed:
+            raise TargetError(f"{self!r} is closed", retryable=False, code="CLOSED")
+        md: list[tuple[str, str | bytes]] = [(metadata.IDEMPOTENCY_KEY, request.key)]
+        try:
+            auth = self._auth()
+        except Exception as exc:
+            raise TargetError(
+                f"token callable failed: {type(exc).__name__}", retryable=True, code="TOKEN"
+            ) from None
+        if auth is not None:
+            md.append((metadata.AUTHORIZATION, auth))
+        try:
+            self._call(request.body, timeout=timeout, metadata=tuple(md), wait_for_ready=False)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            raise TargetError(
+                f"{self.url}: {code.name}: {details}", retryable=code in _RETRYABLE, code=code.name
+            ) from None
+        except ValueError as exc:  # the channel was closed under us
+            raise TargetError(f"{self.url}: {exc}", retryable=False, code="CLOSED") from None
+
+    def close(self) -> None:
+        """Close the channel; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._channel.close()
