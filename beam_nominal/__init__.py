@@ -16,6 +16,8 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "AvroFileTarget": "beam_nominal.targets.avro",
     "FallbackTarget": "beam_nominal.targets.compose",
+    "LocalServer": "beam_nominal.server",
+    "LocalStore": "beam_nominal.server",
     "SeriesKey": "beam_nominal.model",
     "TeeTarget": "beam_nominal.targets.compose",
     "ValueType": "beam_nominal.model",
@@ -25,6 +27,7 @@ __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:
     from beam_nominal.model import SeriesKey, ValueType
+    from beam_nominal.server import LocalServer, LocalStore
     from beam_nominal.targets.avro import AvroFileTarget
     from beam_nominal.targets.compose import FallbackTarget, TeeTarget
 

@@ -124,7 +124,8 @@ class LocalServer:
                 max_workers=self._max_workers, thread_name_prefix="beam-nominal-server"
             ),
             interceptors=interceptors,
-            options=_GRPC_OPTIONS,
+            # Without this a second server on the same port would silently share it.
+            options=[*_GRPC_OPTIONS, ("grpc.so_reuseport", 0)],
         )
         server.add_generic_rpc_handlers((WriterService(committer).handler(),))
         local_pb2_grpc.add_LocalReadServiceServicer_to_server(ReadService(self.store), server)

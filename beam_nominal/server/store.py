@@ -7,6 +7,9 @@ Layout under the data dir::
         <value_type>.parquet                    one file per value type present in the request
     DIR/<dataset_rid>/staging/<random>/         a commit being written; never read
 
+(rids over 200 characters, beyond file name limits, live in ``DIR/~h-<sha256 of rid>/`` with a
+``dataset.json`` naming the rid.)
+
 A commit is built in ``staging`` (files written and fsynced), then published by one ``rename`` into
 ``commits`` followed by an fsync of that directory. A request is therefore stored entirely or not
 at all, and the idempotency key travels in the same manifest as the data it names, so a key is
@@ -45,6 +48,10 @@ _MANIFEST = "manifest.json"
 _COMMITS = "commits"
 _STAGING = "staging"
 _FORMAT = 1
+_DATASET_FILE = "dataset.json"
+# Directory names of rids too long for a file name (~ is not a rid character, so no clash).
+_HASHED_PREFIX = "~h-"
+_MAX_DIR_NAME = 200
 _RID_RE = re.compile(r"[A-Za-z0-9._:-]+")
 _COMMIT_RE = re.compile(r"(\d{12})-[0-9a-z]+")
 
@@ -103,6 +110,13 @@ def check_dataset_rid(rid: str) -> None:
             f"data_source_rid {rid[:200]!r} is not a safe identifier "
             "(allowed: letters, digits, '._:-'; not '.' or '..')"
         )
+
+
+def _dir_name(rid: str) -> str:
+    """The directory of a dataset: its rid, or a digest where the rid exceeds file name limits."""
+    if len(rid) <= _MAX_DIR_NAME:
+        return rid
+    return _HASHED_PREFIX + hashlib.sha256(rid.encode("utf-8")).hexdigest()
 
 
 def _check_names(index: int, key: SeriesKey) -> None:
@@ -356,7 +370,7 @@ class LocalStore:
         with self._lock:
             ds = self._datasets.get(rid)
             if ds is None:
-                root = self.data_dir / rid
+                root = self.data_dir / _dir_name(rid)
                 if not create and not (root / _COMMITS).is_dir():
                     return None
                 ds = self._datasets[rid] = _Dataset(rid, root)
@@ -367,11 +381,16 @@ class LocalStore:
             names = os.listdir(self.data_dir)
         except FileNotFoundError:
             return []
-        return sorted(
-            n
-            for n in names
-            if _RID_RE.fullmatch(n) and n not in (".", "..") and (self.data_dir / n / _COMMITS).is_dir()
-        )
+        rids = []
+        for n in names:
+            if not (self.data_dir / n / _COMMITS).is_dir():
+                continue
+            if n.startswith(_HASHED_PREFIX):
+                with contextlib.suppress(OSError, ValueError, KeyError):
+                    rids.append(json.loads((self.data_dir / n / _DATASET_FILE).read_text("utf-8"))["rid"])
+            elif _RID_RE.fullmatch(n) and n not in (".", ".."):
+                rids.append(n)
+        return sorted(rids)
 
     def list_datasets(self) -> list[str]:
         """Rids of the datasets that hold at least one commit, sorted."""
@@ -463,7 +482,7 @@ class _Committer:
 
     def _recover(self) -> None:
         for rid in self.store._dataset_dirs():
-            staging = self.data_dir / rid / _STAGING
+            staging = self.data_dir / _dir_name(rid) / _STAGING
             if staging.is_dir():
                 # A crash left a half-written commit: it was never acknowledged.
                 for leftover in staging.iterdir():
@@ -585,7 +604,13 @@ class _Committer:
     ) -> None:
         commits = ds.root / _COMMITS
         if not commits.is_dir():
-            for d in (ds.root, ds.root / _STAGING, commits):
+            ds.root.mkdir(exist_ok=True)
+            if ds.root.name.startswith(_HASHED_PREFIX):
+                # Before ``commits`` exists, so any listed dataset directory names its rid.
+                body = json.dumps({"rid": ds.rid}).encode("utf-8")
+                with contextlib.suppress(FileExistsError):
+                    _write_durably(ds.root / _DATASET_FILE, lambda f: f.write(body))
+            for d in (ds.root / _STAGING, commits):
                 d.mkdir(exist_ok=True)
             _fsync_dir(ds.root)
             _fsync_dir(self.data_dir)
