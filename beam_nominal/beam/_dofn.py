@@ -31,7 +31,7 @@ import apache_beam as beam
 from apache_beam.pvalue import TaggedOutput
 
 from beam_nominal.beam._elements import ElementWriter, FailedElement, SeriesChunk
-from beam_nominal.beam._metrics import SinkMetrics
+from beam_nominal.beam._metrics import MeasuredTarget, SinkMetrics
 
 _LOG = logging.getLogger(__name__)
 
@@ -151,6 +151,7 @@ class _StreamDoFn(beam.DoFn):
         self._config = config
         self._target: Any = None
         self._target_key: Any = None
+        self._measured: MeasuredTarget = MeasuredTarget(None)
         self._stream: Any = None
         self._writer: ElementWriter | None = None
         self._metrics: SinkMetrics | None = None
@@ -174,6 +175,7 @@ class _StreamDoFn(beam.DoFn):
 
     def setup(self) -> None:
         self._target, self._target_key = SHARED_TARGETS.acquire(self._config)
+        self._measured = MeasuredTarget(self._target)
         self._metrics = SinkMetrics()
 
     def start_bundle(self) -> None:
@@ -182,7 +184,13 @@ class _StreamDoFn(beam.DoFn):
         settings = dict(self._config.settings)
         # Request boundaries must depend only on the data (see the module docstring).
         settings["linger"] = None
-        self._stream = NominalStream(self._target, dataset_rid=self._config.dataset_rid, **settings)
+        self._measured.take_samples()
+        self._stream = NominalStream(
+            self._measured,
+            dataset_rid=self._config.dataset_rid,
+            source_name=self._config.source_name,
+            **settings,
+        )
         self._writer = ElementWriter(
             self._stream, timestamp_field=self._config.timestamp_field, tags=self._config.tags
         )
@@ -216,7 +224,7 @@ class _StreamDoFn(beam.DoFn):
             raise
         stream.close()
         assert self._metrics is not None
-        self._metrics.record(report)
+        self._metrics.record(report, self._measured.take_samples())
 
     def teardown(self) -> None:
         if self._stream is not None:
@@ -243,18 +251,18 @@ def _abandon(stream: Any) -> None:
 class WriteDoFn(_StreamDoFn):
     """Writes elements of any supported shape; bad ones go to the ``failed`` output."""
 
-    def process(self, element: Any) -> Iterable[TaggedOutput[str, Any]] | None:
+    def process(self, element: Any) -> Iterable[TaggedOutput[str, Any]]:
         try:
             self._writer.write(element)  # type: ignore[union-attr]
         except (TypeError, ValueError, KeyError) as exc:
             return self._fail(element, exc)
-        return None
+        return ()
 
 
 class WriteChunksDoFn(_StreamDoFn):
     """Writes batches of series chunks made by cross-bundle batching: ``(sharded_key, [chunk])``."""
 
-    def process(self, element: tuple[Any, Iterable[SeriesChunk]]) -> Iterable[TaggedOutput[str, Any]] | None:
+    def process(self, element: tuple[Any, Iterable[SeriesChunk]]) -> Iterable[TaggedOutput[str, Any]]:
         writer = self._writer
         assert writer is not None
         failed: list[TaggedOutput[str, Any]] = []
@@ -263,7 +271,7 @@ class WriteChunksDoFn(_StreamDoFn):
                 writer.series(chunk.channel, chunk.timestamps, chunk.values, dict(chunk.tags) or None)
             except (TypeError, ValueError, KeyError) as exc:
                 failed.extend(self._fail(chunk, exc))
-        return failed or None
+        return failed
 
 
 class ToChunksDoFn(beam.DoFn):

@@ -166,6 +166,9 @@ def _kind_of_fields(fields: Sequence[str], timestamp_field: str) -> str:
             f"has a channel but neither ({timestamp_field}, value) nor (timestamps, values); "
             f"fields {sorted(names)}",
         )
+    if "value" in names or "timestamps" in names:
+        # Point- or series-shaped but nameless: a field called "value" is not taken as a channel.
+        raise ElementError("channel", f"element has no channel field; fields {sorted(names)}")
     if timestamp_field in names:
         rest = names - {timestamp_field, "tags"}
         if rest in ({"values"}, {"channels"}):

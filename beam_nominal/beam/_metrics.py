@@ -7,22 +7,16 @@ Distributions: ``request_points`` and ``request_latency_ms`` (one sample per ack
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
 from apache_beam.metrics.metric import Metrics
 
-__all__ = ["NAMESPACE", "SinkMetrics"]
+__all__ = ["NAMESPACE", "MeasuredTarget", "SinkMetrics"]
 
 NAMESPACE = "beam_nominal"
-
-
-def _field(report: Any, *names: str) -> Any:
-    for name in names:
-        value = getattr(report, name, None)
-        if value is not None:
-            return value
-    return None
 
 
 class SinkMetrics:
@@ -38,34 +32,49 @@ class SinkMetrics:
         self.request_points = Metrics.distribution(NAMESPACE, "request_points")
         self.request_latency_ms = Metrics.distribution(NAMESPACE, "request_latency_ms")
 
-    def record(self, report: Any) -> None:
-        """Add one bundle's delivery report."""
-        for counter, names in (
-            (self.points, ("points",)),
-            (self.series, ("series",)),
-            (self.requests, ("requests",)),
-            (self.bytes, ("bytes", "bytes_sent")),
-            (self.retries, ("retries",)),
+    def record(self, report: Any, samples: Iterable[tuple[int, float]] = ()) -> None:
+        """Add one bundle's delivery report and its per-request (points, seconds) samples."""
+        for counter, name in (
+            (self.points, "points"),
+            (self.series, "series"),
+            (self.requests, "requests"),
+            (self.bytes, "bytes"),
+            (self.retries, "retries"),
         ):
-            value = _field(report, *names)
-            if isinstance(value, int) and value:
-                counter.inc(value)
-        for points, latency_s in _request_samples(report):
+            value = getattr(report, name, 0)
+            if value:
+                counter.inc(int(value))
+        for points, latency_s in samples:
             self.request_points.update(int(points))
             self.request_latency_ms.update(round(latency_s * 1000))
 
 
-def _request_samples(report: Any) -> Iterable[tuple[int, float]]:
-    """(points, latency seconds) per acknowledged request, from whichever form the report has."""
-    stats = _field(report, "request_stats", "requests_detail")
-    if stats:
-        for s in stats:
-            points = getattr(s, "points", None)
-            latency = _field(s, "latency_s", "latency", "seconds")
-            if points is not None and latency is not None:
-                yield int(points), float(latency)
-        return
-    points_list = _field(report, "request_points")
-    latencies = _field(report, "request_latencies", "request_latency_s")
-    if points_list is not None and latencies is not None:
-        yield from zip(points_list, latencies, strict=False)
+class MeasuredTarget:
+    """Wraps a (shared) target to time each acknowledged request for the distributions.
+
+    Sends run on the stream's upload threads, where Beam metrics cannot be updated; samples are
+    collected here and turned into metric updates by the DoFn in ``finish_bundle``.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self._lock = threading.Lock()
+        self._samples: list[tuple[int, float]] = []
+
+    def send(self, request: Any, timeout: float | None = None) -> None:
+        t0 = time.perf_counter()
+        self.inner.send(request, timeout)
+        elapsed = time.perf_counter() - t0
+        with self._lock:
+            self._samples.append((int(request.points), elapsed))
+
+    def take_samples(self) -> list[tuple[int, float]]:
+        with self._lock:
+            samples, self._samples = self._samples, []
+        return samples
+
+    def close(self) -> None:
+        """The inner target is shared and closed by its owner, not by a bundle's stream."""
+
+    def __repr__(self) -> str:
+        return repr(self.inner)

@@ -1,0 +1,1 @@
+"""Runnable Beam jobs built on WriteToNominal: ``python -m pipelines.NAME --help``."""
