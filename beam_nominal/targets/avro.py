@@ -19,7 +19,8 @@ Types, exactly: double -> ``double``; int64 and bool (stored as int64) -> ``long
 :class:`~beam_nominal.errors.TargetError` (code ``uint64_out_of_range``) rather than be written
 rounded as a double; string -> ``string``; struct -> ``JsonStruct`` (its JSON text); double and
 string arrays -> ``DoubleArray`` / ``StringArray``. nominal-streaming itself writes every integer as
-a double; readers of either file see the same union, so ours are readable wherever theirs are.
+a double (rounding beyond 2**53) and never uses the ``long`` branch; ``integers="double"`` does the
+same for an ingester that refuses ``long``, but refuses a value it would round.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ _MAGIC = b"Obj\x01"
 _SYNC_SIZE = 16
 _CODECS = ("snappy", "deflate", "null")
 _INT64_MAX = 2**63 - 1
+_EXACT_DOUBLE = 2**53
+_INTEGERS = ("long", "double")
 # Errors a full disk or quota gives: space may come back, so the uploader should retry.
 _RETRYABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EINTR, errno.EAGAIN})
 
@@ -175,7 +178,15 @@ def _string_items(values: Sequence[str]) -> bytes:
     return _len_prefix(len(values)) + b"".join(map(_string, values)) + b"\x00"
 
 
-def _encode_values(batch: SeriesBatch) -> bytes:
+def _doubles(head: bytes, col: npt.NDArray[Any]) -> bytes:
+    # Each item is the branch byte then 8 little-endian bytes: one interleaved matrix.
+    n = col.shape[0]
+    mat = np.zeros((n, 9), dtype=np.uint8)
+    mat[:, 1:] = np.ascontiguousarray(col, dtype="<f8").view(np.uint8).reshape(n, 8)
+    return head + mat.tobytes() + b"\x00"
+
+
+def _encode_values(batch: SeriesBatch, integers: str) -> bytes:
     vt = batch.value_type
     vals = batch.values
     n = len(batch.timestamps)
@@ -183,18 +194,30 @@ def _encode_values(batch: SeriesBatch) -> bytes:
         raise ValueError(f"{n} timestamps but {len(vals)} values")
     head = _len_prefix(n)
     if vt is ValueType.DOUBLE:
-        # Each item is the branch byte then 8 little-endian bytes: one interleaved matrix.
-        mat = np.zeros((n, 9), dtype=np.uint8)
-        mat[:, 1:] = np.ascontiguousarray(vals, dtype="<f8").view(np.uint8).reshape(n, 8)
-        return head + mat.tobytes() + b"\x00"
+        return _doubles(head, np.asarray(vals))
     if vt is ValueType.INT64 or vt is ValueType.UINT64:
         col = np.asarray(vals)
         if vt is ValueType.UINT64 or col.dtype.kind == "u":
             col = col.astype(np.uint64, copy=False)
             if col.size and int(col.max()) > _INT64_MAX:
                 bad = int(col[int(np.argmax(col > np.uint64(_INT64_MAX)))])
-                raise _Uint64OutOfRange(bad)
-        return head + _varints(_zigzag(col.astype(np.int64)), prefix=_B_LONG[0]) + b"\x00"
+                raise _NotRepresentable(
+                    f"uint64 value {bad} is above 2**63 - 1 and cannot be an Avro long; it is not "
+                    "written as a double because that would round it",
+                    "uint64_out_of_range",
+                )
+        col = col.astype(np.int64, copy=False)
+        if integers == "double":
+            inexact = (col > _EXACT_DOUBLE) | (col < -_EXACT_DOUBLE)
+            if inexact.any():
+                bad = int(col[int(np.argmax(inexact))])
+                raise _NotRepresentable(
+                    f"integer {bad} is beyond 2**53 and would be rounded as a double "
+                    "(integers='double'); use integers='long' to keep it exact",
+                    "integer_not_exact",
+                )
+            return _doubles(head, col.astype(np.float64))
+        return head + _varints(_zigzag(col), prefix=_B_LONG[0]) + b"\x00"
     if vt is ValueType.STRING:
         return head + b"".join([_B_STRING + _string(s) for s in vals]) + b"\x00"
     if vt is ValueType.STRUCT:
@@ -206,15 +229,13 @@ def _encode_values(batch: SeriesBatch) -> bytes:
     raise ValueError(f"value type {vt!r} has no Avro form")
 
 
-class _Uint64OutOfRange(ValueError):
-    def __init__(self, value: int) -> None:
-        super().__init__(
-            f"uint64 value {value} is above 2**63 - 1 and cannot be an Avro long; it is not written "
-            "as a double because that would round it"
-        )
+class _NotRepresentable(ValueError):
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
-def _encode_record(batch: SeriesBatch) -> bytes:
+def _encode_record(batch: SeriesBatch, integers: str) -> bytes:
     key = batch.key
     tags = (
         _len_prefix(len(key.tags)) + b"".join(_string(k) + _string(v) for k, v in key.tags) + b"\x00"
@@ -224,7 +245,7 @@ def _encode_record(batch: SeriesBatch) -> bytes:
     return (
         _string(key.channel)
         + _long_array(np.asarray(batch.timestamps, dtype=np.int64))
-        + _encode_values(batch)
+        + _encode_values(batch, integers)
         + tags
     )
 
@@ -346,6 +367,10 @@ class AvroFileTarget:
         overwrite: replace an existing file instead of appending to it. Appending (the default)
             keeps earlier data, e.g. a fallback file from an earlier run; the existing file must
             have this schema and, if given, this dataset rid, and its codec is kept.
+        integers: ``"long"`` writes int64 (and uint64 up to 2**63 - 1) as Avro long, exactly.
+            ``"double"`` writes them as double, the only numeric branch nominal-streaming ever
+            uses, for an ingester that does not take the long branch; a value beyond +-2**53
+            then fails the send (code ``integer_not_exact``) instead of being rounded.
 
     Raises:
         ValueError: an unknown codec, a URL for another host, an existing file in another format
@@ -360,9 +385,13 @@ class AvroFileTarget:
         dataset_rid: str | None = None,
         codec: str = "snappy",
         overwrite: bool = False,
+        integers: str = "long",
     ) -> None:
         if codec not in _CODECS:
             raise ValueError(f"codec {codec!r} is not one of {', '.join(_CODECS)}")
+        if integers not in _INTEGERS:
+            raise ValueError(f"integers={integers!r} is not one of {', '.join(_INTEGERS)}")
+        self._integers = integers
         self._path = _path_of(path)
         if not self._path.parent.is_dir():
             raise FileNotFoundError(f"directory {self._path.parent} for {self._path.name} does not exist")
@@ -481,12 +510,10 @@ class AvroFileTarget:
             if len(b) == 0:
                 continue
             try:
-                records.append(_encode_record(b))
-            except _Uint64OutOfRange as exc:
+                records.append(_encode_record(b, self._integers))
+            except _NotRepresentable as exc:
                 raise TargetError(
-                    f"batches[{i}] series {b.key.describe()}: {exc}",
-                    retryable=False,
-                    code="uint64_out_of_range",
+                    f"batches[{i}] series {b.key.describe()}: {exc}", retryable=False, code=exc.code
                 ) from None
             except (ValueError, TypeError, UnicodeEncodeError) as exc:
                 raise TargetError(

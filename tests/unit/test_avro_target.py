@@ -137,6 +137,22 @@ def test_uint64_above_int64_is_refused_permanently_and_file_stays_valid(tmp_path
     assert [(r["channel"], r["values"]) for r in records(path)] == [("ok", [1.0]), ("after", [3])]
 
 
+def test_integers_as_double_are_exact_or_refused(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "d.avro"
+    with AvroFileTarget(path, integers="double") as target:
+        exact = batch("i", V.INT64, [1, 2, 3], [2**53, -(2**53), 7])
+        target.send(request(exact, batch("u", V.UINT64, [1], [5])))
+        with pytest.raises(TargetError) as info:
+            target.send(request(batch("i", V.INT64, [4, 5], [1, 2**53 + 1])))
+        assert info.value.code == "integer_not_exact" and not info.value.retryable
+        assert "9007199254740993" in str(info.value)
+    recs = records(path)
+    assert [r["values"] for r in recs] == [[2.0**53, -(2.0**53), 7.0], [5.0]]
+    assert all(type(v) is float for r in recs for v in r["values"])
+    with pytest.raises(ValueError, match="integers='int'"):
+        AvroFileTarget(tmp_path / "x.avro", integers="int")
+
+
 def test_unencodable_string_is_a_permanent_error_naming_the_series(tmp_path: pathlib.Path) -> None:
     with AvroFileTarget(tmp_path / "s.avro") as target, pytest.raises(TargetError) as info:
         target.send(request(batch("bad", V.STRING, [1], ["\ud800"], {"t": "1"})))
@@ -397,6 +413,13 @@ def test_dataset_rid_metadata_matches_nominal_streamings_fallback_file(tmp_path:
     assert ma["nominal.dataset_rid"] == RID
     assert mb == ma
     assert records(ours) == records(theirs)
+
+
+def test_nominal_streaming_rounds_integers_to_doubles(tmp_path: pathlib.Path) -> None:
+    """Why we write long: nominal-streaming turns 2**53 + 1 into the double 2**53."""
+    theirs = _ns_file(tmp_path / "ns.avro", lambda s: s.enqueue("i", 1, 2**53 + 1))
+    assert records(theirs)[0]["values"] == [9007199254740992.0]
+    assert type(records(theirs)[0]["values"][0]) is float
 
 
 def _by_series(path: pathlib.Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[int, str]]]:
