@@ -305,6 +305,7 @@ def _scan_existing(path: Path) -> tuple[dict[str, bytes], bytes, int]:
         if f.read(4) != _MAGIC:
             raise ValueError(f"{path} exists and is not an Avro object container file")
         meta: dict[str, bytes] = {}
+        end = 4
         try:
             while True:
                 count = _read_long(f)
@@ -331,7 +332,7 @@ def _scan_existing(path: Path) -> tuple[dict[str, bytes], bytes, int]:
                 end = f.tell()
         except (EOFError, ValueError, UnicodeDecodeError) as exc:
             raise ValueError(
-                f"{path} is damaged after byte {end if 'end' in locals() else 0} ({exc}), probably by an "
+                f"{path} is damaged after byte {end} ({exc}), probably by an "
                 "interrupted write; move it aside or pass overwrite=True"
             ) from None
 
