@@ -7,6 +7,7 @@ them, and the decoder falls back to it for encodings the fast path does not reco
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -64,7 +65,7 @@ def from_proto(req: cw.WriteColumnBatchesRequest) -> DecodedRequest:
     for i, cb in enumerate(req.batches):
         ts = np.array([t.seconds * 10**9 + t.nanos for t in cb.timestamps], dtype=np.int64)
         which = cb.values.WhichOneof("values")
-        values: object
+        values: Any
         if which == "doubles":
             vt, values = ValueType.DOUBLE, np.array(cb.values.doubles.points, dtype=np.float64)
         elif which == "int64s":
@@ -87,9 +88,9 @@ def from_proto(req: cw.WriteColumnBatchesRequest) -> DecodedRequest:
                 raise MalformedBatchError(i, cb.channel, "array value type not set")
         else:
             raise MalformedBatchError(i, cb.channel, "value type not set")
-        if len(values) != len(ts):  # type: ignore[arg-type]
+        if len(values) != len(ts):
             raise MalformedBatchError(
-                i, cb.channel, f"{len(ts)} timestamps but {len(values)} values"  # type: ignore[arg-type]
+                i, cb.channel, f"{len(ts)} timestamps but {len(values)} values"
             )
         out.append(SeriesBatch(SeriesKey(cb.channel, tuple(sorted(cb.tags.items()))), vt, ts, values))
     return DecodedRequest(req.data_source_rid, req.source_name if req.HasField("source_name") else None, out)
