@@ -12,9 +12,6 @@ from typing import Any
 import numpy as np
 
 from beam_nominal._wire._proto.nominal.channel_writer.v1 import nominal_channel_writer_pb2 as cw
-from beam_nominal._wire._proto.nominal.direct_channel_writer.v2 import (
-    direct_channel_writer_common_pb2 as common,
-)
 from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
 from beam_nominal.model import SeriesKey, ValueType
 
@@ -80,7 +77,8 @@ def from_proto(req: cw.WriteColumnBatchesRequest) -> DecodedRequest:
             kind = cb.values.arrays.WhichOneof("array_type")
             if kind == "double_array_points":
                 vt = ValueType.DOUBLE_ARRAY
-                values = [np.array(p.value, dtype=np.float64) for p in cb.values.arrays.double_array_points.points]
+                rows = cb.values.arrays.double_array_points.points
+                values = [np.array(p.value, dtype=np.float64) for p in rows]
             elif kind == "string_array_points":
                 vt = ValueType.STRING_ARRAY
                 values = [list(p.value) for p in cb.values.arrays.string_array_points.points]
