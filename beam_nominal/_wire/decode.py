@@ -339,8 +339,9 @@ def _batch(buf: bytes, arr: U8, start: int, stop: int, index: int) -> SeriesBatc
         if field == 1:
             channel = _text(buf, s, pos, f"{where}.channel")
         elif field == 2:
-            k, v = _map_entry(buf, s, pos, f"{where}.tags")
-            tags[k] = v
+            entry = _map_entry(buf, s, pos, f"{where}.tags")
+            if entry is not None:
+                tags[entry[0]] = entry[1]
         else:
             value_spans.append((s, pos))
     if not ts_chunks:
@@ -353,8 +354,14 @@ def _batch(buf: bytes, arr: U8, start: int, stop: int, index: int) -> SeriesBatc
     return SeriesBatch(SeriesKey(channel, tuple(sorted(tags.items()))), vt, ts, values)
 
 
-def _map_entry(buf: bytes, start: int, stop: int, where: str) -> tuple[str, str]:
+def _map_entry(buf: bytes, start: int, stop: int, where: str) -> tuple[str, str] | None:
+    """A tags entry's (key, value); None for an entry holding unknown fields.
+
+    upb keeps such an entry as an unknown field of the batch rather than as a tag; doing the
+    same keeps every decoder of ours agreeing with the generated classes.
+    """
     key = value = ""
+    unknown = False
     pos = start
     while pos < stop:
         field, wt, pos = _tag(buf, pos, stop, where)
@@ -366,7 +373,8 @@ def _map_entry(buf: bytes, start: int, stop: int, where: str) -> tuple[str, str]
                 value = _text(buf, s, pos, where)
         else:
             pos = _skip(buf, pos, stop, field, wt, where)
-    return key, value
+            unknown = True
+    return None if unknown else (key, value)
 
 
 def _slow_batch(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
@@ -405,6 +413,9 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
     rid = ""
     source: str | None = None
     batches: list[SeriesBatch] = []
+    # A bad batch is reported only after the whole request proved to be valid protobuf, so that
+    # broken bytes are always a DecodeError, as with upb.
+    malformed: MalformedBatchError | None = None
     pos = 0
     while pos < end:
         field, wt, pos = _tag(buf, pos, end, "request")
@@ -419,9 +430,17 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
         else:
             index = len(batches)
             try:
-                batches.append(_batch(buf, arr, s, pos, index))
-            except _Fallback:
-                batches.append(_slow_batch(buf, s, pos, index))
+                try:
+                    batch = _batch(buf, arr, s, pos, index)
+                except _Fallback:
+                    batch = _slow_batch(buf, s, pos, index)
+            except MalformedBatchError as exc:
+                cw.ColumnBatch.FromString(buf[s:pos])  # broken bytes win: DecodeError, as upb
+                malformed = malformed or exc
+                batch = SeriesBatch(SeriesKey(""), ValueType.DOUBLE, np.empty(0, np.int64), np.empty(0))
+            batches.append(batch)
+    if malformed is not None:
+        raise malformed
     return DecodedRequest(rid, source, batches)
 
 

@@ -508,6 +508,7 @@ def estimate_batch_bytes(
     n_points: int,
     *,
     payload_bytes: int | None = None,
+    n_elements: int = 0,
     key_bytes: int = 64,
     negative_timestamps: bool = False,
 ) -> int:
@@ -519,6 +520,7 @@ def estimate_batch_bytes(
         payload_bytes: UTF-8 bytes of all strings (string, struct, string array), or
             ``8 * total elements`` for double arrays. Required for those types; a count of
             characters instead of bytes makes the result an estimate rather than a bound.
+        n_elements: number of strings in all rows, for string arrays.
         key_bytes: bytes of the channel and tags as encoded (about their UTF-8 length + 4 per
             tag); the default suits short names.
         negative_timestamps: whether the series has any timestamp before 1970.
@@ -537,9 +539,10 @@ def estimate_batch_bytes(
     else:
         if payload_bytes is None:
             raise ValueError(f"estimate_batch_bytes: payload_bytes is required for {vt.value}")
-        payload = payload_bytes
-        # A string/row header (tag + up to 5 length bytes), and per string-array row its point
-        # header; strings inside a row are counted by their own tag + length in payload terms.
-        per_value = 6 if vt in _STRINGISH or vt is ValueType.DOUBLE_ARRAY else 12
+        # Headers are a tag plus at most 5 length bytes: one per string; per double-array row
+        # the point's and its packed field's; per string-array row the point's, plus one per
+        # string inside.
+        payload = payload_bytes + (6 * n_elements if vt is ValueType.STRING_ARRAY else 0)
+        per_value = 12 if vt is ValueType.DOUBLE_ARRAY else 6
     # Framing: batch tag/len, values/points/packed headers: at most 6 tags + 5-byte lengths.
     return 36 + key_bytes + n_points * (per_ts + per_value) + payload
