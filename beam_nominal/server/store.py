@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -183,6 +185,28 @@ class _Series:
         self.segments.append(seg)
 
 
+# One series of one commit: key, type, count, min and max timestamp, first row in its file.
+_Entry = tuple[SeriesKey, ValueType, int, int, int, int]
+
+
+def _entries(tag_sets: list[dict[str, str]], series: Mapping[str, list[Any]]) -> list[_Entry]:
+    """The manifest's column-wise series table as entries."""
+    tags = [tuple(sorted(t.items())) for t in tag_sets]
+    return [
+        (SeriesKey(c, tags[t]), ValueType(vt), n, lo, hi, off)
+        for c, t, vt, n, lo, hi, off in zip(
+            series["channel"],
+            series["tags"],
+            series["type"],
+            series["count"],
+            series["min"],
+            series["max"],
+            series["offset"],
+            strict=True,
+        )
+    ]
+
+
 class _Dataset:
     """Committed state of one dataset plus the reservations of writes in progress.
 
@@ -213,20 +237,19 @@ class _Dataset:
             # A commit directory is only ever published complete; an unreadable one was damaged
             # outside the server. Skipping it keeps the rest of the dataset readable.
             return
-        self.apply(name, int(m.group(1)), manifest)
+        entries = _entries(manifest["tag_sets"], manifest["series"])
+        self.apply(name, int(m.group(1)), manifest.get("idempotency_key"), entries)
 
-    def apply(self, name: str, seq: int, manifest: Mapping[str, Any]) -> None:
+    def apply(self, name: str, seq: int, key: str | None, entries: Sequence[_Entry]) -> None:
         self.commits.add(name)
         self.next_seq = max(self.next_seq, seq + 1)
-        if manifest.get("idempotency_key") is not None:
-            self.keys.add(manifest["idempotency_key"])
-        for s in manifest["series"]:
-            key = SeriesKey(s["channel"], tuple(sorted(s["tags"].items())))
-            vt = ValueType(s["type"])
-            state = self.series.get(key)
+        if key is not None:
+            self.keys.add(key)
+        for skey, vt, count, lo, hi, offset in entries:
+            state = self.series.get(skey)
             if state is None:
-                state = self.series[key] = _Series(vt)
-            state.add(_Segment(seq, name, s["offset"], s["count"]), s["min"], s["max"])
+                state = self.series[skey] = _Series(vt)
+            state.add(_Segment(seq, name, offset, count), lo, hi)
 
     def refresh(self) -> None:
         """Load commits published since the last look (by this or another process)."""
@@ -275,17 +298,27 @@ def _value_array(vt: ValueType, batches: Sequence[SeriesBatch]) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), flat)
 
 
-def _file_table(vt: ValueType, batches: Sequence[SeriesBatch]) -> pa.Table:
-    """One Parquet table of all batches of one value type, rows in batch order."""
+@functools.lru_cache(maxsize=65536)
+def _tags_text(tags: tuple[tuple[str, str], ...]) -> str:
+    return _tags_json(tags)
+
+
+def _file_table(vt: ValueType, batches: Sequence[SeriesBatch]) -> tuple[pa.Table, npt.NDArray[np.int64]]:
+    """One Parquet table of all batches of one value type, rows in batch order; and its timestamps."""
     counts = np.fromiter((len(b) for b in batches), dtype=np.int64, count=len(batches))
     # Name columns are dictionary arrays built from per-series codes, so no per-row hashing.
     chan_ids: dict[str, int] = {}
     tag_ids: dict[str, int] = {}
-    chan_codes = np.empty(len(batches), dtype=np.int32)
-    tag_codes = np.empty(len(batches), dtype=np.int32)
-    for i, b in enumerate(batches):
-        chan_codes[i] = chan_ids.setdefault(b.key.channel, len(chan_ids))
-        tag_codes[i] = tag_ids.setdefault(_tags_json(b.key.tags), len(tag_ids))
+    chan_codes = np.fromiter(
+        (chan_ids.setdefault(b.key.channel, len(chan_ids)) for b in batches),
+        dtype=np.int32,
+        count=len(batches),
+    )
+    tag_codes = np.fromiter(
+        (tag_ids.setdefault(_tags_text(b.key.tags), len(tag_ids)) for b in batches),
+        dtype=np.int32,
+        count=len(batches),
+    )
     channel = pa.DictionaryArray.from_arrays(
         pa.array(np.repeat(chan_codes, counts)), pa.array(list(chan_ids), type=pa.string())
     )
@@ -293,7 +326,7 @@ def _file_table(vt: ValueType, batches: Sequence[SeriesBatch]) -> pa.Table:
         pa.array(np.repeat(tag_codes, counts)), pa.array(list(tag_ids), type=pa.string())
     )
     ts = np.concatenate([b.timestamps for b in batches]).astype(np.int64, copy=False)
-    return pa.table(
+    table = pa.table(
         {
             "channel": channel,
             "tags": tags,
@@ -301,6 +334,7 @@ def _file_table(vt: ValueType, batches: Sequence[SeriesBatch]) -> pa.Table:
             "value": _value_array(vt, batches),
         }
     )
+    return table, ts
 
 
 def _write_durably(path: Path, write: Any) -> None:
@@ -310,39 +344,51 @@ def _write_durably(path: Path, write: Any) -> None:
         os.fsync(f.fileno())
 
 
-def _write_staging(staging: Path, batches: Sequence[SeriesBatch], meta: dict[str, Any]) -> dict[str, Any]:
-    """Write all files of one commit into ``staging``, fsynced; returns the manifest."""
+def _write_staging(staging: Path, batches: Sequence[SeriesBatch], meta: dict[str, Any]) -> list[_Entry]:
+    """Write all files of one commit into ``staging``, fsynced; returns its series entries."""
     by_type: dict[ValueType, list[SeriesBatch]] = {}
     for b in batches:
         if len(b):
             by_type.setdefault(b.value_type, []).append(b)
-    series: list[dict[str, Any]] = []
+    entries: list[_Entry] = []
     for vt, group in by_type.items():
-        table = _file_table(vt, group)
+        table, ts = _file_table(vt, group)
         _write_durably(
             staging / f"{vt.value}.parquet", lambda f, t=table: pq.write_table(t, f, **_PARQUET_OPTIONS)
         )
-        offset = 0
-        for b in group:
-            n = len(b)
-            ts = b.timestamps
-            series.append(
-                {
-                    "channel": b.key.channel,
-                    "tags": dict(b.key.tags),
-                    "type": vt.value,
-                    "count": n,
-                    "min": int(ts.min()),
-                    "max": int(ts.max()),
-                    "offset": offset,
-                }
+        counts = np.fromiter((len(b) for b in group), dtype=np.int64, count=len(group))
+        starts = np.zeros(len(group), dtype=np.int64)
+        np.cumsum(counts[:-1], out=starts[1:])
+        lows = np.minimum.reduceat(ts, starts).tolist()
+        highs = np.maximum.reduceat(ts, starts).tolist()
+        entries.extend(
+            zip(
+                (b.key for b in group),
+                itertools.repeat(vt),
+                counts.tolist(),
+                lows,
+                highs,
+                starts.tolist(),
+                strict=False,
             )
-            offset += n
-    manifest = {**meta, "format": _FORMAT, "series": series}
+        )
+    # Column-wise: one JSON list per field is several times faster to write and read than one
+    # object per series, and requests routinely carry thousands of series.
+    tag_sets: dict[tuple[tuple[str, str], ...], int] = {}
+    series = {
+        "channel": [e[0].channel for e in entries],
+        "tags": [tag_sets.setdefault(e[0].tags, len(tag_sets)) for e in entries],
+        "type": [e[1].value for e in entries],
+        "count": [e[2] for e in entries],
+        "min": [e[3] for e in entries],
+        "max": [e[4] for e in entries],
+        "offset": [e[5] for e in entries],
+    }
+    manifest = {**meta, "format": _FORMAT, "tag_sets": [dict(t) for t in tag_sets], "series": series}
     body = json.dumps(manifest, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     _write_durably(staging / _MANIFEST, lambda f: f.write(body))
     _fsync_dir(staging)
-    return manifest
+    return entries
 
 
 # ---------------------------------------------------------------------------------------------
@@ -624,7 +670,7 @@ class _Committer:
                 "source_name": source_name,
                 "written_ns": time.time_ns(),
             }
-            manifest = _write_staging(staging, batches, meta)
+            entries = _write_staging(staging, batches, meta)
             # The big files are written without the lock; numbering and publishing take it so
             # commit order (= arrival order for readers) follows the sequence numbers.
             with ds.cond:
@@ -637,7 +683,7 @@ class _Committer:
                 name = f"{seq:012d}-{tag}"
                 os.rename(staging, commits / name)
                 _fsync_dir(commits)
-                ds.apply(name, seq, manifest)
+                ds.apply(name, seq, key, entries)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
