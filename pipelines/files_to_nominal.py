@@ -93,11 +93,28 @@ def timestamps_to_ns(column: Any, unit: str, where: str) -> np.ndarray:
     raise ValueError(f"{where}: timestamp column of type {typ} is not a number, string or timestamp")
 
 
+def _infer_text(values: np.ndarray) -> Any:
+    """One channel's CSV cells: int64 if all are integers, float64 if all are numbers, else text."""
+    texts = [str(v).strip() for v in values.tolist()]
+    try:
+        ints = [int(t) for t in texts]
+        if all(-(2**63) <= i < 2**63 for i in ints):
+            return np.array(ints, dtype=np.int64)
+    except ValueError:
+        pass
+    try:
+        return np.array([float(t) for t in texts], dtype=np.float64)
+    except ValueError:
+        return texts
+
+
 def _open(readable: Any) -> Any:
     return readable.open() if hasattr(readable, "open") else open(readable, "rb")
 
 
-def _arrow_batches(f: Any, fmt: str, timestamp_column: str) -> Iterator[Any]:
+def _arrow_batches(
+    f: Any, fmt: str, timestamp_column: str, text_columns: Sequence[str] = ()
+) -> Iterator[Any]:
     import pyarrow as pa
     import pyarrow.csv as pcsv
     import pyarrow.json as pjson
@@ -110,7 +127,9 @@ def _arrow_batches(f: Any, fmt: str, timestamp_column: str) -> Iterator[Any]:
         reader = pcsv.open_csv(
             f,
             read_options=pcsv.ReadOptions(block_size=8 << 20),
-            convert_options=pcsv.ConvertOptions(column_types={timestamp_column: pa.string()}),
+            convert_options=pcsv.ConvertOptions(
+                column_types={timestamp_column: pa.string(), **{c: pa.string() for c in text_columns}}
+            ),
         )
         yield from reader
     elif fmt == "parquet":
@@ -161,7 +180,8 @@ class ReadTelemetry:
             if fmt == "avro":
                 yield from self._avro(f)
                 return
-            for i, batch in enumerate(_arrow_batches(f, fmt, self.timestamp_column)):
+            text = (self.value_column,) if self.layout == "long" else ()
+            for i, batch in enumerate(_arrow_batches(f, fmt, self.timestamp_column, text)):
                 yield from self._batch(batch, f"{path} (batch {i})")
 
     def _avro(self, f: Any) -> Iterator[Any]:
@@ -204,6 +224,10 @@ class ReadTelemetry:
         sorted_keys = keys_np[order]
         starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
         ends = np.r_[starts[1:], len(order)]
+        # CSV values arrive as text so each channel gets its own type (see _arrow_batches).
+        text_values = pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
+        if text_values:
+            values = pc.if_else(pc.equal(values, ""), pa.scalar(None, values.type), values)
         value_np = values.to_numpy(zero_copy_only=False)
         valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
@@ -218,7 +242,9 @@ class ReadTelemetry:
                 raw = tags_col[first].as_py()
                 tags = json.loads(raw) if isinstance(raw, str) else dict(raw)
             vals = value_np[rows]
-            if vals.dtype == object:
+            if text_values:
+                vals = _infer_text(vals)
+            elif vals.dtype == object:
                 vals = vals.tolist()
             yield channel, ts[rows], vals, tags
 
@@ -322,8 +348,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         runner = FnApiRunner()
     p = beam.Pipeline(runner=runner, options=PipelineOptions(beam_args))
     build(p, args)
-    p.run().wait_until_finish()
+    result = p.run()
+    result.wait_until_finish()
+    failed = _failed_count(result)
+    if failed:
+        where = (
+            f" (see {args.failed_output}*)" if args.failed_output else " (use --failed-output to keep them)"
+        )
+        print(f"files_to_nominal: {failed} elements were not written{where}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _failed_count(result: Any) -> int:
+    from apache_beam.metrics.metric import MetricsFilter
+
+    try:
+        query = result.metrics().query(
+            MetricsFilter().with_namespace("beam_nominal").with_name("failed_elements")
+        )
+    except Exception:  # runners without a metrics API
+        return 0
+    return sum(int(c.committed or c.attempted or 0) for c in query["counters"])
 
 
 if __name__ == "__main__":
