@@ -135,6 +135,7 @@ class SeriesBuffer:
         "conv",
         "key",
         "nbytes",
+        "overhead",
         "points",
         "ts_chunks",
         "ts_tail",
@@ -156,8 +157,10 @@ class SeriesBuffer:
         self.nbytes = 0
         #: Fixed encoded bytes per value, or 0 where it varies (strings, arrays).
         self.value_bytes = _FIXED_VALUE_BYTES.get(vtype, 0)
-        #: The wide block holding rows of this series not yet materialised, if any.
+        #: The wide block this series is a column of, if any (it may hold no rows now). Kept
+        #: after materialising so the next record with the same channel set skips validation.
         self.block: WideBlock | None = None
+        self.overhead = SERIES_OVERHEAD + len(key.channel) + sum(len(k) + len(v) + 4 for k, v in key.tags)
 
     def conflict(self, got: str) -> SeriesTypeError:
         return SeriesTypeError(
@@ -295,8 +298,6 @@ class WideBlock:
                     col = cols[j]
                     vals = col.astype(dtype) if dtype is not None else col.tolist()
                     s.extend(ts, vals, share + (extra if j == 0 else 0))
-        for s in self.series:
-            s.block = None
         self.rows = []
         self.ts = []
         self.nbytes = 0
@@ -358,15 +359,15 @@ class Buffer:
     # -- appends ---------------------------------------------------------------------------------
 
     def add(self, s: SeriesBuffer, ts: int, value: Any, nbytes: int) -> None:
-        if s.block is not None:
-            self._materialise(s.block)
+        if s.block is not None and s.block.ts:
+            s.block.materialise()
         s.append(ts, value, nbytes)
         self.points += 1
         self.nbytes += nbytes
 
     def add_chunk(self, s: SeriesBuffer, timestamps: I64, values: Any, nbytes: int) -> None:
-        if s.block is not None:
-            self._materialise(s.block)
+        if s.block is not None and s.block.ts:
+            s.block.materialise()
         s.extend(timestamps, values, nbytes)
         self.points += len(timestamps)
         self.nbytes += nbytes
@@ -422,27 +423,18 @@ class Buffer:
             vtypes.append(vt)
         old = self.blocks.get(tag_key)
         if old is not None:
-            self._materialise(old)
-        series = [self.pin(ch, tags, vt) for ch, vt in zip(keys, vtypes, strict=False)]
-        for s in series:
-            if s.block is not None:
-                self._materialise(s.block)
+            old.materialise()
+        series = [self.pin(ch, tags, vt) for ch, vt in zip(keys, vtypes, strict=True)]
         block = WideBlock(keys, types, series)
         for s in series:
             s.block = block
         self.blocks[tag_key] = block
         return block
 
-    def _materialise(self, block: WideBlock) -> None:
-        block.materialise()
-        for k, b in list(self.blocks.items()):
-            if b is block:
-                del self.blocks[k]
-
     def materialise_all(self) -> None:
-        for block in list(self.blocks.values()):
-            block.materialise()
-        self.blocks.clear()
+        for block in self.blocks.values():
+            if block.ts:
+                block.materialise()
 
     # -- taking ----------------------------------------------------------------------------------
 

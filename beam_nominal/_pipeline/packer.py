@@ -8,7 +8,7 @@ bundle produces byte-identical requests and therefore the same idempotency keys.
 
 from __future__ import annotations
 
-from beam_nominal._pipeline.buffer import SERIES_OVERHEAD, Buffer
+from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.targets.base import Request
 
@@ -65,7 +65,7 @@ def cut_requests(
         while s.points:
             if not final and buffer.nbytes < max_bytes and buffer.points < max_points and not batches:
                 return cuts
-            overhead = SERIES_OVERHEAD + len(s.key.channel) + sum(len(k) + len(v) + 4 for k, v in s.key.tags)
+            overhead = s.overhead
             avail = room_bytes - overhead
             per_point = max(1, s.nbytes // s.points)
             n = min(s.points, room_points, max(0, avail) // per_point)
