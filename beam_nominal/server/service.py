@@ -178,7 +178,7 @@ class WriterService:
             decoded = decode(request)
         except MalformedBatchError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except (DecodeError, ValueError) as exc:
+        except (DecodeError, ValueError, OverflowError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a valid {what}: {exc}")
         try:
             self._committer.commit(
