@@ -19,9 +19,12 @@ __all__ = ["GrpcTarget", "TokenSource"]
 #: A token, or a callable returning the current token (called per request so it can refresh).
 TokenSource = str | Callable[[], str] | None
 
+# CANCELLED is included because we never cancel our own calls: it arrives when the server shuts
+# down under an in-flight call, and the idempotency key makes the retry safe either way.
 _RETRYABLE = frozenset(
     {
         grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         grpc.StatusCode.DEADLINE_EXCEEDED,
         grpc.StatusCode.ABORTED,
@@ -71,6 +74,11 @@ class GrpcTarget:
         opts: list[tuple[str, object]] = [
             ("grpc.max_send_message_length", metadata.MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", metadata.MAX_MESSAGE_BYTES),
+            # Reconnect soon after a server comes back: our own retry backoff paces attempts, and
+            # gRPC's default reconnect backoff (up to 120 s) would fail them fast meanwhile.
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 5000),
             *(options or []),
         ]
         if parsed.scheme == "grpcs":
@@ -99,7 +107,7 @@ class GrpcTarget:
 
         Raises:
             TargetError: with ``retryable`` True for UNAVAILABLE, RESOURCE_EXHAUSTED,
-                DEADLINE_EXCEEDED and ABORTED, and ``code`` the status name.
+                DEADLINE_EXCEEDED, ABORTED and CANCELLED, and ``code`` the status name.
         """
         if self._closed:
             raise TargetError(f"{self!r} is closed", retryable=False, code="CLOSED")
