@@ -333,9 +333,13 @@ def test_concurrent_new_series_gets_exactly_one_type(server: LocalServer, client
     outcomes: list[tuple[ValueType, grpc.StatusCode | None]] = []
     lock = threading.Lock()
 
+    # Big enough that writing one takes a while, so the writers overlap.
+    n = 50_000
+
     def send(vt: ValueType) -> None:
-        values = [1.0, 2.0] if vt is ValueType.DOUBLE else [1, 2]
-        body = encode_request(RID, [series_batch("race", None, vt, values)])
+        ts = np.arange(T, T + n, dtype=np.int64)
+        values = np.arange(n, dtype=vt.numpy_dtype)
+        body = encode_request(RID, [SeriesBatch(SeriesKey.of("race"), vt, ts, values)])
         start.wait(10)
         try:
             client.write(body)
@@ -345,10 +349,7 @@ def test_concurrent_new_series_gets_exactly_one_type(server: LocalServer, client
         with lock:
             outcomes.append((vt, code))
 
-    threads = [
-        threading.Thread(target=send, args=(ValueType.DOUBLE if i % 2 else ValueType.INT64,))
-        for i in range(8)
-    ]
+    threads = [threading.Thread(target=send, args=(ValueType.DOUBLE if i % 2 else ValueType.INT64,)) for i in range(8)]
     for th in threads:
         th.start()
     for th in threads:
@@ -360,7 +361,7 @@ def test_concurrent_new_series_gets_exactly_one_type(server: LocalServer, client
     assert all(code == grpc.StatusCode.INVALID_ARGUMENT and vt is not winner for vt, code in rejected)
     [info] = server.store.list_series(RID)
     assert info.value_type is winner
-    assert info.count == 2 * (8 - len(rejected))
+    assert info.count == n * (8 - len(rejected))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,9 +398,7 @@ def _check_rejected(
     assert snapshot(server.store.data_dir) == seeded
 
 
-def test_type_conflict_with_stored_series_is_rejected(
-    server: LocalServer, client: Client, seeded: Any
-) -> None:
+def test_type_conflict_with_stored_series_is_rejected(server: LocalServer, client: Client, seeded: Any) -> None:
     body = encode_request(
         RID,
         [
@@ -410,9 +409,7 @@ def test_type_conflict_with_stored_series_is_rejected(
     _check_rejected(client, server, seeded, body, "batches[1]", "'i'", "int64")
 
 
-def test_type_disagreement_inside_one_request_is_rejected(
-    server: LocalServer, client: Client, seeded: Any
-) -> None:
+def test_type_disagreement_inside_one_request_is_rejected(server: LocalServer, client: Client, seeded: Any) -> None:
     body = encode_request(
         RID,
         [
@@ -642,9 +639,7 @@ def test_tls(tmp_path: Path) -> None:
     cert_pem = cert.public_bytes(serialization.Encoding.PEM)
     (tmp_path / "cert.pem").write_bytes(cert_pem)
     (tmp_path / "key.pem").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     with LocalServer(
         tmp_path / "data", host="localhost", tls_cert=tmp_path / "cert.pem", tls_key=tmp_path / "key.pem"
@@ -661,3 +656,57 @@ def test_tls(tmp_path: Path) -> None:
             assert_all_types_stored([remote])
         finally:
             remote.close()
+
+
+class HoldWrites(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Holds each write inside the server until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def intercept_service(self, continuation: Any, details: Any) -> Any:
+        handler = continuation(details)
+        if details.method != md.WRITE_COLUMN_BATCHES:
+            return handler
+        inner = handler.unary_unary
+
+        def held(request: bytes, context: grpc.ServicerContext) -> bytes:
+            self.entered.set()
+            assert self.release.wait(30)
+            out: bytes = inner(request, context)
+            return out
+
+        return grpc.unary_unary_rpc_method_handler(held)
+
+
+def test_stop_lets_a_write_in_progress_finish(tmp_path: Path) -> None:
+    hold = HoldWrites()
+    srv = LocalServer(tmp_path / "data", interceptors=[hold]).start()
+    client = Client(srv.target)
+    result: list[Any] = []
+    writer = threading.Thread(target=lambda: result.append(client.write(all_types_request())))
+    writer.start()
+    assert hold.entered.wait(30)
+    stopper = threading.Thread(target=srv.stop, kwargs={"grace": 30})
+    stopper.start()
+    # The server refuses new calls once stopping has begun; only then let the held write go on.
+    probe = Client(srv.target)
+    deadline = threading.Event()
+    timer = threading.Timer(30, deadline.set)
+    timer.start()
+    try:
+        while not deadline.is_set():
+            try:
+                probe.channel.unary_unary("/beam_nominal.local.v1.CapabilitiesService/GetCapabilities")(b"", timeout=1)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    break
+        assert not deadline.is_set(), "the server kept accepting calls after stop()"
+    finally:
+        timer.cancel()
+    hold.release.set()
+    writer.join(30)
+    stopper.join(30)
+    assert result == [b""]
+    assert_all_types_stored([LocalStore(srv.store.data_dir)])
