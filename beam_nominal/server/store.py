@@ -126,14 +126,10 @@ def _check_names(index: int, key: SeriesKey) -> None:
     if not channel:
         raise MalformedBatchError(index, channel, "channel is empty")
     if len(channel) > MAX_NAME_CHARS:
-        raise MalformedBatchError(
-            index, channel, f"channel is {len(channel)} characters, over {MAX_NAME_CHARS}"
-        )
+        raise MalformedBatchError(index, channel, f"channel is {len(channel)} characters, over {MAX_NAME_CHARS}")
     for k, v in key.tags:
         if len(k) > MAX_NAME_CHARS:
-            raise MalformedBatchError(
-                index, channel, f"tag key {k[:40]!r}... is over {MAX_NAME_CHARS} characters"
-            )
+            raise MalformedBatchError(index, channel, f"tag key {k[:40]!r}... is over {MAX_NAME_CHARS} characters")
         if len(v) > MAX_NAME_CHARS:
             raise MalformedBatchError(
                 index, channel, f"value of tag {k[:40]!r} is {len(v)} characters, over {MAX_NAME_CHARS}"
@@ -288,9 +284,7 @@ def _value_array(vt: ValueType, batches: Sequence[SeriesBatch]) -> pa.Array:
     flat: pa.Array
     if vt is ValueType.DOUBLE_ARRAY:
         flat = pa.array(
-            np.concatenate([np.asarray(r, dtype=np.float64) for r in rows])
-            if rows
-            else np.empty(0, np.float64),
+            np.concatenate([np.asarray(r, dtype=np.float64) for r in rows]) if rows else np.empty(0, np.float64),
             type=pa.float64(),
         )
     else:
@@ -353,9 +347,7 @@ def _write_staging(staging: Path, batches: Sequence[SeriesBatch], meta: dict[str
     entries: list[_Entry] = []
     for vt, group in by_type.items():
         table, ts = _file_table(vt, group)
-        _write_durably(
-            staging / f"{vt.value}.parquet", lambda f, t=table: pq.write_table(t, f, **_PARQUET_OPTIONS)
-        )
+        _write_durably(staging / f"{vt.value}.parquet", lambda f, t=table: pq.write_table(t, f, **_PARQUET_OPTIONS))
         counts = np.fromiter((len(b) for b in group), dtype=np.int64, count=len(group))
         starts = np.zeros(len(group), dtype=np.int64)
         np.cumsum(counts[:-1], out=starts[1:])
@@ -463,9 +455,7 @@ class LocalStore:
             items = sorted(ds.series.items(), key=lambda kv: kv[0])
             return [ds.info(k, s) for k, s in items]
 
-    def series_info(
-        self, dataset_rid: str, channel: str, tags: Mapping[str, str] | None = None
-    ) -> SeriesInfo:
+    def series_info(self, dataset_rid: str, channel: str, tags: Mapping[str, str] | None = None) -> SeriesInfo:
         """The summary of one series.
 
         Raises:
@@ -568,7 +558,12 @@ class _Committer:
                     f"({first[0].value})",
                 )
         if not any(len(b) for b in batches):
-            # Nothing to store; a type is pinned by a first value, and there is none.
+            # Nothing to store, and a type is pinned by a first value; but an empty batch that
+            # contradicts a stored type is still an error.
+            existing = self.store._dataset(rid)
+            if existing is not None:
+                with existing.cond:
+                    self._busy(existing, types, None)
             return True
         ds = self.store._dataset(rid, create=True)
         assert ds is not None
@@ -645,9 +640,7 @@ class _Committer:
                         ds.pending_types[skey] = (vt, n - 1)
                 ds.cond.notify_all()
 
-    def _publish(
-        self, ds: _Dataset, batches: Sequence[SeriesBatch], key: str | None, source_name: str | None
-    ) -> None:
+    def _publish(self, ds: _Dataset, batches: Sequence[SeriesBatch], key: str | None, source_name: str | None) -> None:
         commits = ds.root / _COMMITS
         if not commits.is_dir():
             ds.root.mkdir(exist_ok=True)
@@ -675,11 +668,7 @@ class _Committer:
             # commit order (= arrival order for readers) follows the sequence numbers.
             with ds.cond:
                 seq = ds.next_seq
-                tag = (
-                    hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
-                    if key is not None
-                    else uuid.uuid4().hex
-                )
+                tag = hashlib.sha256(key.encode("utf-8")).hexdigest()[:32] if key is not None else uuid.uuid4().hex
                 name = f"{seq:012d}-{tag}"
                 os.rename(staging, commits / name)
                 _fsync_dir(commits)

@@ -710,3 +710,11 @@ def test_stop_lets_a_write_in_progress_finish(tmp_path: Path) -> None:
     stopper.join(30)
     assert result == [b""]
     assert_all_types_stored([LocalStore(srv.store.data_dir)])
+
+
+def test_batches_without_points(server: LocalServer, client: Client, seeded: Any) -> None:
+    empty_new = SeriesBatch(SeriesKey.of("empty"), ValueType.DOUBLE, np.empty(0, np.int64), np.empty(0))
+    assert client.write(encode_request(RID, [empty_new])) == b""
+    assert snapshot(server.store.data_dir) == seeded
+    empty_conflict = SeriesBatch(SeriesKey.of("i"), ValueType.STRING, np.empty(0, np.int64), [])
+    _check_rejected(client, server, seeded, encode_request(RID, [empty_conflict]), "batches[0]", "'i'", "int64")
