@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(120)
 
 RID = "ri.nominal.main.dataset.proc"
 T = 1_700_000_000_123_456_789  # 2023-11-14T22:13:20.123456789Z
-READY = re.compile(r"listening on (grpcs?)://127\.0\.0\.1:(\d+)\n")
+READY = re.compile(r"listening on (grpcs?)://(127\.0\.0\.1|localhost):(\d+)\n")
 SCRIPT = Path(sys.executable).parent / "beam-nominal"
 
 
@@ -53,7 +53,7 @@ class Serve:
         assert line is not None, f"serve exited before it was ready: {''.join(self.stderr)}"
         m = READY.fullmatch(line)
         assert m is not None, line
-        self.target = f"grpc://127.0.0.1:{m.group(2)}"
+        self.target = f"{m.group(1)}://{m.group(2)}:{m.group(3)}"
         self.first_line = line
 
     def _pump(self) -> None:
@@ -313,3 +313,52 @@ def test_remote_store_reads_what_a_process_serves(data_dir: Path, procs: list[Se
         [info] = remote.list_series(RID)
         assert (info.channel, info.tags, info.count, info.min_timestamp_ns) == ("r", {"unit": "V"}, 5, T)
         assert remote.read(RID, "r", {"unit": "V"}).column("value").to_pylist() == [1.5, 2.5, 3.5, 4.5, 5.5]
+
+
+def test_serve_with_tls(tmp_path: Path, procs: list[Serve]) -> None:
+    x509 = pytest.importorskip("cryptography.x509")
+    import datetime as dt
+
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_pem = cert.public_bytes(serialization.Encoding.PEM)
+    (tmp_path / "cert.pem").write_bytes(cert_pem)
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    server = Serve(
+        tmp_path / "data",
+        "--host",
+        "localhost",
+        "--tls-cert",
+        str(tmp_path / "cert.pem"),
+        "--tls-key",
+        str(tmp_path / "key.pem"),
+    )
+    procs.append(server)
+    assert server.target.startswith("grpcs://localhost:")
+    ch = grpc.secure_channel(server.target.split("://", 1)[1], grpc.ssl_channel_credentials(cert_pem))
+    ch.unary_unary(md.WRITE_COLUMN_BATCHES)(request("tls", 4, 0.5), timeout=30)
+    ch.close()
+    with RemoteStore(server.target, root_certificates=cert_pem) as remote:
+        assert remote.read(RID, "tls", {"unit": "V"}).column("value").to_pylist() == [0.5, 1.5, 2.5, 3.5]
+    lonely = run_cli("serve", "--data-dir", str(tmp_path / "x"), "--port", "0", "--tls-cert", "c.pem")
+    assert lonely.returncode == 2
+    assert "--tls-key" in lonely.stderr
