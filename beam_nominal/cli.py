@@ -26,7 +26,9 @@ _TOKEN_ENV = "NOMINAL_TOKEN"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="beam-nominal", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="beam-nominal", description="Run the local ingest server, or inspect what one stored."
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="run the local ingest server")
@@ -143,12 +145,9 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
                 ts = table.column("timestamp").to_pylist()
                 vals = table.column("value").to_pylist()
                 n = args.points
-                idx = (
-                    list(range(len(ts)))
-                    if len(ts) <= 2 * n
-                    else [*range(n), -1, *range(len(ts) - n, len(ts))]
-                )
-                print(f"\n{s.dataset_rid} {s.channel} {s.tags or ''}", file=out)
+                idx = list(range(len(ts))) if len(ts) <= 2 * n else [*range(n), -1, *range(len(ts) - n, len(ts))]
+                tags = ",".join(f"{k}={v}" for k, v in sorted(s.tags.items()))
+                print(f"\n{s.dataset_rid} {s.channel}{' ' + tags if tags else ''}", file=out)
                 for k in idx:
                     print("  ..." if k < 0 else f"  {_iso(ts[k])}  {vals[k]!r}", file=out)
     except grpc.RpcError as exc:

@@ -492,19 +492,54 @@ class LocalStore:
         with ds.cond:
             vt = state.value_type
             segments = sorted(state.segments, key=lambda s: s.seq)
-        schema = pa.schema([("timestamp", pa.int64()), ("value", _ARROW_TYPES[vt])])
         parts: list[pa.Table] = []
         for commit, segs in itertools.groupby(segments, key=lambda s: s.commit):
-            path = ds.root / _COMMITS / commit / f"{vt.value}.parquet"
-            table = pq.read_table(path, columns=["timestamp", "value"], memory_map=True)
+            table = _read_file(ds, commit, vt)
             parts.extend(table.slice(s.offset, s.count) for s in segs)
-        if not parts:
-            return schema.empty_table()
-        out = pa.concat_tables(parts).cast(schema)
-        ts = out.column("timestamp").to_numpy()
-        if ts.size > 1 and bool((ts[1:] < ts[:-1]).any()):
-            out = out.take(pa.array(np.argsort(ts, kind="stable")))
-        return out.combine_chunks()
+        return _assemble(parts, vt)
+
+    def read_all(self, dataset_rid: str) -> dict[SeriesKey, pa.Table]:
+        """Every series of a dataset, as :meth:`read` gives each, reading every file once.
+
+        Much faster than one :meth:`read` per series when a dataset has many series and commits.
+
+        Raises:
+            InvalidRequestError: the rid is not a safe identifier.
+        """
+        ds = self._dataset(dataset_rid)
+        if ds is None:
+            return {}
+        ds.refresh()
+        with ds.cond:
+            items = [(k, s.value_type, sorted(s.segments, key=lambda g: g.seq)) for k, s in ds.series.items()]
+        files: dict[tuple[str, ValueType], pa.Table] = {}
+        out: dict[SeriesKey, pa.Table] = {}
+        for key, vt, segments in sorted(items, key=lambda item: item[0]):
+            parts = []
+            for seg in segments:
+                table = files.get((seg.commit, vt))
+                if table is None:
+                    table = files[(seg.commit, vt)] = _read_file(ds, seg.commit, vt)
+                parts.append(table.slice(seg.offset, seg.count))
+            out[key] = _assemble(parts, vt)
+        return out
+
+
+def _read_file(ds: _Dataset, commit: str, vt: ValueType) -> pa.Table:
+    path = ds.root / _COMMITS / commit / f"{vt.value}.parquet"
+    return pq.ParquetFile(path, memory_map=True).read(columns=["timestamp", "value"])
+
+
+def _assemble(parts: list[pa.Table], vt: ValueType) -> pa.Table:
+    """Concatenate one series' slices (in arrival order) and sort stably by timestamp."""
+    schema = pa.schema([("timestamp", pa.int64()), ("value", _ARROW_TYPES[vt])])
+    if not parts:
+        return schema.empty_table()
+    out = pa.concat_tables(parts).cast(schema)
+    ts = out.column("timestamp").to_numpy()
+    if ts.size > 1 and bool((ts[1:] < ts[:-1]).any()):
+        out = out.take(pa.array(np.argsort(ts, kind="stable")))
+    return out.combine_chunks()
 
 
 class _Committer:

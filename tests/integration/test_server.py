@@ -76,6 +76,8 @@ def exact(v: Any) -> Any:
         return v.hex()
     if isinstance(v, list):
         return [exact(x) for x in v]
+    if isinstance(v, dict):
+        return {k: exact(x) for k, x in v.items()}
     return v
 
 
@@ -718,3 +720,18 @@ def test_batches_without_points(server: LocalServer, client: Client, seeded: Any
     assert snapshot(server.store.data_dir) == seeded
     empty_conflict = SeriesBatch(SeriesKey.of("i"), ValueType.STRING, np.empty(0, np.int64), [])
     _check_rejected(client, server, seeded, encode_request(RID, [empty_conflict]), "batches[0]", "'i'", "int64")
+
+
+def test_read_all_gives_what_read_gives(server: LocalServer, client: Client) -> None:
+    client.write(all_types_request())
+    client.write_rows(all_types_row_request())
+    store = LocalStore(server.store.data_dir)
+    everything = store.read_all(RID)
+    assert sorted(everything) == sorted(SeriesKey.of(c, t) for c, t, *_ in CASES)
+    for channel, tags, *_ in CASES:
+        table = everything[SeriesKey.of(channel, tags)]
+        assert table.num_rows == 8
+        one = store.read(RID, channel, tags)
+        assert table.schema == one.schema
+        assert exact(table.to_pylist()) == exact(one.to_pylist())
+    assert store.read_all("ri.unknown") == {}
