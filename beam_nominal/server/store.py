@@ -703,6 +703,7 @@ class _Committer:
             # commit order (= arrival order for readers) follows the sequence numbers.
             with ds.cond:
                 seq = ds.next_seq
+                ds.next_seq += 1  # even if publishing fails below, the number is never reused
                 tag = hashlib.sha256(key.encode("utf-8")).hexdigest()[:32] if key is not None else uuid.uuid4().hex
                 name = f"{seq:012d}-{tag}"
                 os.rename(staging, commits / name)
