@@ -33,8 +33,10 @@ _INT64_MAX = 2**63 - 1
 
 #: Points one series collects before they are handed to the stream in one call.
 SERIES_FLUSH_POINTS = 4096
-#: Points all local lists together hold before every list is handed over.
-TOTAL_FLUSH_POINTS = 65536
+#: Points all local lists together hold, about: each list's limit shrinks as series are added.
+TOTAL_FLUSH_POINTS = 262144
+#: A list's limit never goes below this, so many series still hand over reasonable batches.
+MIN_SERIES_FLUSH_POINTS = 64
 
 # Python types whose values may skip the per-value check once the series' type is pinned: a list
 # of them converts to one numpy column of the pinned type.
@@ -200,7 +202,9 @@ class ElementWriter:
         self.base_tags: tuple[tuple[str, str], ...] = tuple(sorted((tags or {}).items()))
         # (channel, tags) -> [python type, timestamps list, values list]
         self._local: dict[tuple[str, tuple[tuple[str, str], ...]], list[Any]] = {}
-        self._local_points = 0
+        self._series_limit = SERIES_FLUSH_POINTS
+        # channel -> the same list as _local[(channel, ())], for the untagged fast path in write().
+        self._untagged: dict[str, list[Any]] = {}
         self._readers: dict[type, Callable[[Any], None]] = {}
         self._tag_cache: dict[tuple[tuple[str, str], ...], dict[str, str] | None] = {}
 
@@ -214,6 +218,28 @@ class ElementWriter:
             SeriesTypeError: a value conflicts with its series' type (from the stream).
             TypeError, ValueError: other value problems reported by the stream.
         """
+        # Fast path for the commonest element, an untagged (channel, int ns, scalar) tuple whose
+        # series already collects values of this exact type. Literals, not module constants: this
+        # runs once per point and a global lookup costs as much as a comparison.
+        if type(element) is tuple and len(element) == 3:
+            channel, ts, value = element
+            try:
+                buf = self._untagged.get(channel)
+            except TypeError:  # an unhashable channel: the checked path reports it
+                buf = None
+            if (
+                buf is not None
+                and type(value) is buf[0]
+                and type(ts) is int
+                and -9223372036854775808 < ts <= 9223372036854775807
+                and (buf[0] is not int or -9223372036854775808 <= value <= 9223372036854775807)
+            ):
+                tl = buf[1]
+                tl.append(ts)
+                buf[2].append(value)
+                if len(tl) >= self._series_limit:
+                    self._flush_series((channel, ()))
+                return
         reader = self._readers.get(type(element))
         if reader is None:
             reader = self._reader_for(element)
@@ -223,7 +249,6 @@ class ElementWriter:
         """Hand every locally collected point to the stream (call before ``stream.flush``)."""
         for key in list(self._local):
             self._flush_series(key)
-        self._local_points = 0
 
     # -- dispatch ------------------------------------------------------------------------------
 
@@ -243,7 +268,7 @@ class ElementWriter:
         elif cls.__name__ == "Row" and cls.__module__.startswith("apache_beam"):
             return self._read_row
         elif isinstance(element, (tuple, list)):
-            return self._read_plain_tuple
+            reader = self._read_plain_tuple
         else:
             raise ElementError(
                 "element",
@@ -355,18 +380,10 @@ class ElementWriter:
         if buf is not None and vtype is buf[0] and (vtype is not int or _INT64_MIN <= value <= _INT64_MAX):
             buf[1].append(ts)
             buf[2].append(value)
-            self._local_points += 1
-            if len(buf[1]) >= SERIES_FLUSH_POINTS or self._local_points >= TOTAL_FLUSH_POINTS:
-                self._after_append(key)
+            if len(buf[1]) >= self._series_limit:
+                self._flush_series(key)
             return
         self._checked_point(key, channel, ts, value, vtype)
-
-    def _after_append(self, key: tuple[str, tuple[tuple[str, str], ...]]) -> None:
-        if self._local_points >= TOTAL_FLUSH_POINTS:
-            self.drain()
-        else:
-            self._local_points -= len(self._local[key][1])
-            self._flush_series(key)
 
     def _checked_point(
         self, key: tuple[str, tuple[tuple[str, str], ...]], channel: Any, ts: int, value: Any, vtype: type
@@ -377,7 +394,6 @@ class ElementWriter:
         tags_arg = self._tags_arg(key[1])
         # Keep the series' order: whatever was collected goes before this point.
         if key in self._local:
-            self._local_points -= len(self._local[key][1])
             self._flush_series(key)
         if isinstance(value, Mapping):
             self.stream.enqueue_struct(channel, ts, value, tags_arg)
@@ -388,7 +404,14 @@ class ElementWriter:
         self.stream.enqueue(channel, ts, value, tags_arg)
         # An int beyond int64 is a uint64 value: it may not open a list that converts to int64.
         if vtype in _FAST_TYPES and (vtype is not int or _INT64_MIN <= value <= _INT64_MAX):
-            self._local[key] = [vtype, [], []]
+            buf: list[Any] = [vtype, [], []]
+            self._local[key] = buf
+            if not key[1] and not self.base_tags:
+                self._untagged[channel] = buf
+            # Keep the total bounded: with more series, each list hands over sooner.
+            self._series_limit = max(
+                MIN_SERIES_FLUSH_POINTS, min(SERIES_FLUSH_POINTS, TOTAL_FLUSH_POINTS // len(self._local))
+            )
 
     def _array_point(self, channel: str, ts: int, value: Any, tags_arg: dict[str, str] | None) -> None:
         arr = value if isinstance(value, np.ndarray) else None
@@ -446,7 +469,6 @@ class ElementWriter:
             raise ElementError("timestamps", f"channel {channel!r:.80}: {exc}") from None
         key = (channel, tag_key)
         if key in self._local:
-            self._local_points -= len(self._local[key][1])
             self._flush_series(key)
         tags_arg = self._tags_arg(tag_key)
         if isinstance(values, np.ndarray) and values.ndim == 2:
@@ -493,7 +515,8 @@ class ElementWriter:
         finally:
             self.stream = saved
             self._local.clear()
-            self._local_points = 0
+            self._untagged.clear()
+            self._series_limit = SERIES_FLUSH_POINTS
         return collector.chunks
 
 

@@ -1,0 +1,201 @@
+"""WriteToNominal vs a DoFn wrapping nominal-streaming vs a discard sink, in one Beam run each.
+
+Every pipeline is ``Impulse | FlatMap(generate) | sink`` on ``FnApiRunner`` in-process: the data is
+made inside the pipeline, so the generator's cost is the same for every sink and the discard sink
+shows the ceiling Beam itself allows. Sinks:
+
+* ``discard``: a DoFn that drops elements;
+* ``nominal-streaming``: a DoFn opening ``NominalDatasetStream().to_file(...)`` per bundle (its
+  fastest local sink, an Avro file), the way users wrap it today;
+* ``WriteToNominal→avro``: our sink writing the same Avro format (like for like);
+* ``WriteToNominal→gRPC``: our sink sending to a LocalServer on loopback, which stores Parquet
+  in the same process (the server's decode and commits share the 2 cores).
+
+Shapes: ``series`` (10,000-point numpy series elements), ``points`` (single-point tuples) and
+``table`` (pyarrow RecordBatches, a timestamp column and 50 channel columns). Rounds interleave the
+sinks (order reversed every other round); the table shows medians of points/s over rounds, wall
+time of the whole pipeline run (start-up included), and ratios to the nominal-streaming DoFn.
+Delivery is verified in the last round: Avro files are read back and counted, the server's series
+counts summed.
+
+Run: ``.venv/bin/python -m benchmarks.bench_beam [--rounds 3] [--scale 1.0]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+T0 = 1_700_000_000_000_000_000
+SERIES_LEN = 10_000
+TABLE_ROWS = 2_000
+TABLE_CHANNELS = 50
+
+
+def gen_series(_: Any, n_elements: int) -> Iterator[Any]:
+    ts = np.arange(SERIES_LEN, dtype=np.int64)
+    vals = np.random.default_rng(0).random(SERIES_LEN)
+    for i in range(n_elements):
+        yield f"s{i % 100:03d}", T0 + (i // 100) * SERIES_LEN + ts, vals
+
+
+def gen_points(_: Any, n_points: int) -> Iterator[Any]:
+    for i in range(n_points):
+        yield f"p{i % 100:03d}", T0 + i, i * 0.5
+
+
+def gen_tables(_: Any, n_tables: int) -> Iterator[Any]:
+    import pyarrow as pa
+
+    rng = np.random.default_rng(0)
+    cols = {f"t{c:02d}": pa.array(rng.random(TABLE_ROWS)) for c in range(TABLE_CHANNELS)}
+    for i in range(n_tables):
+        ts = pa.array(T0 + i * TABLE_ROWS + np.arange(TABLE_ROWS, dtype=np.int64))
+        yield pa.RecordBatch.from_pydict({"timestamp": ts, **cols})
+
+
+class Discard(beam.DoFn):  # type: ignore[misc]
+    def process(self, element: Any) -> Any:
+        return ()
+
+
+class NominalStreamingDoFn(beam.DoFn):  # type: ignore[misc]
+    """What users write today: nominal-streaming opened per bundle, written to an Avro file."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.stream: Any = None
+        self.n = 0
+
+    def start_bundle(self) -> None:
+        from nominal_streaming import NominalDatasetStream
+
+        self.n += 1
+        path = Path(self.directory) / f"ns-{os.getpid()}-{id(self)}-{self.n}.avro"
+        self.stream = NominalDatasetStream().to_file(path)
+        self.stream.__enter__()
+
+    def process(self, element: Any) -> Any:
+        if isinstance(element, tuple) and len(element) == 3 and isinstance(element[1], int):
+            self.stream.enqueue(element[0], element[1], element[2])
+        elif isinstance(element, tuple):
+            self.stream.enqueue_batch(element[0], element[1], element[2])
+        else:  # a RecordBatch: one batch call per column, nominal-streaming has no table call
+            ts = element.column(0).to_numpy()
+            for name, col in zip(element.schema.names[1:], element.columns[1:], strict=True):
+                self.stream.enqueue_batch(name, ts, col.to_numpy())
+        return ()
+
+    def finish_bundle(self) -> None:
+        self.stream.__exit__(None, None, None)
+        self.stream = None
+
+
+SHAPES: dict[str, tuple[Callable[..., Iterator[Any]], Callable[[float], tuple[int, int]]]] = {
+    # name -> (generator, scale -> (generator argument, points))
+    "series": (gen_series, lambda s: (max(1, int(300 * s)), max(1, int(300 * s)) * SERIES_LEN)),
+    "points": (gen_points, lambda s: (max(1, int(600_000 * s)), max(1, int(600_000 * s)))),
+    "table": (
+        gen_tables,
+        lambda s: (max(1, int(30 * s)), max(1, int(30 * s)) * TABLE_ROWS * TABLE_CHANNELS),
+    ),
+}
+SINKS = ("discard", "nominal-streaming", "WriteToNominal→avro", "WriteToNominal→gRPC")
+
+
+def _count_avro(pattern: str) -> int:
+    import fastavro
+
+    total = 0
+    for path in glob.glob(pattern):
+        with open(path, "rb") as f:
+            total += sum(len(rec["timestamps"]) for rec in fastavro.reader(f))  # type: ignore[index,arg-type]
+    return total
+
+
+def run_once(shape: str, sink: str, arg: int, work: Path, server: Any, tag: str) -> tuple[float, Callable[[], int]]:
+    """Run one pipeline; returns (seconds, a function counting the delivered points)."""
+    from beam_nominal.beam import WriteToNominal
+
+    gen = SHAPES[shape][0]
+    out = work / tag
+    out.mkdir()
+    rid = f"ri.bench.{tag}"
+    if sink == "discard":
+        sink_t: Any = beam.ParDo(Discard())
+        count: Callable[[], int] = lambda: -1  # noqa: E731
+    elif sink == "nominal-streaming":
+        sink_t = beam.ParDo(NominalStreamingDoFn(str(out)))
+        count = lambda: _count_avro(str(out / "*.avro"))  # noqa: E731
+    elif sink == "WriteToNominal→avro":
+        sink_t = WriteToNominal(str(out / "data.avro"), dataset_rid=rid)
+        count = lambda: _count_avro(str(out / "data-*.avro"))  # noqa: E731
+    else:
+        sink_t = WriteToNominal(server.target, dataset_rid=rid)
+        count = lambda: sum(s.count for s in server.store.list_series(rid))  # noqa: E731
+    t0 = time.perf_counter()
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        _ = p | beam.Impulse() | beam.FlatMap(gen, arg) | sink_t
+    return time.perf_counter() - t0, count
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply the points per pipeline")
+    ap.add_argument("--only", nargs="*", choices=tuple(SHAPES), help="shapes to run")
+    args = ap.parse_args(argv)
+    logging.getLogger().setLevel(logging.ERROR)
+    shapes = args.only or list(SHAPES)
+    from beam_nominal.server import LocalServer
+
+    times: dict[tuple[str, str], list[float]] = {}
+    verified: dict[tuple[str, str], str] = {}
+    with tempfile.TemporaryDirectory() as tmp, LocalServer(Path(tmp) / "server") as server:
+        work = Path(tmp) / "work"
+        work.mkdir()
+        for rnd in range(args.rounds):
+            for shape in shapes:
+                arg, points = SHAPES[shape][1](args.scale)
+                order = SINKS if rnd % 2 == 0 else tuple(reversed(SINKS))
+                for sink in order:
+                    tag = f"{shape}-{SINKS.index(sink)}-{rnd}"
+                    seconds, count = run_once(shape, sink, arg, work, server, tag)
+                    times.setdefault((shape, sink), []).append(seconds)
+                    if rnd == args.rounds - 1 and sink != "discard":
+                        got = count()
+                        verified[(shape, sink)] = "ok" if got == points else f"GOT {got:,} of {points:,}"
+            print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    print(f"FnApiRunner in-process, {args.rounds} rounds, medians; points/s over the whole pipeline run\n")
+    head = "| shape | points | " + " | ".join(SINKS) + " | →avro / ns | →gRPC / ns | verified |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for shape in shapes:
+        _, points = SHAPES[shape][1](args.scale)
+        rate = {s: points / statistics.median(times[(shape, s)]) for s in SINKS}
+        checks = {s: verified.get((shape, s)) for s in SINKS if s != "discard"}
+        ok = "yes" if all(v == "ok" for v in checks.values()) else "; ".join(f"{k}: {v}" for k, v in checks.items())
+        print(
+            f"| {shape} | {points:,} | "
+            + " | ".join(f"{rate[s] / 1e6:.2f} M" for s in SINKS)
+            + f" | {rate['WriteToNominal→avro'] / rate['nominal-streaming']:.2f}x"
+            + f" | {rate['WriteToNominal→gRPC'] / rate['nominal-streaming']:.2f}x | {ok} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
