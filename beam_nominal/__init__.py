@@ -15,17 +15,21 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     "AvroFileTarget": "beam_nominal.targets.avro",
+    "FailedElement": "beam_nominal.beam",
     "FallbackTarget": "beam_nominal.targets.compose",
     "LocalServer": "beam_nominal.server",
     "LocalStore": "beam_nominal.server",
     "SeriesKey": "beam_nominal.model",
     "TeeTarget": "beam_nominal.targets.compose",
     "ValueType": "beam_nominal.model",
+    "WriteToNominal": "beam_nominal.beam",
+    "WriteToNominalResult": "beam_nominal.beam",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:
+    from beam_nominal.beam import FailedElement, WriteToNominal, WriteToNominalResult
     from beam_nominal.model import SeriesKey, ValueType
     from beam_nominal.server import LocalServer, LocalStore
     from beam_nominal.targets.avro import AvroFileTarget
