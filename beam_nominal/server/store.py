@@ -172,14 +172,6 @@ class _Series:
     max_ts: int = 0
     segments: list[_Segment] = dataclasses.field(default_factory=list)
 
-    def add(self, seg: _Segment, min_ts: int, max_ts: int) -> None:
-        if self.count == 0:
-            self.min_ts, self.max_ts = min_ts, max_ts
-        else:
-            self.min_ts, self.max_ts = min(self.min_ts, min_ts), max(self.max_ts, max_ts)
-        self.count += seg.count
-        self.segments.append(seg)
-
 
 # One series of one commit: key, type, count, min and max timestamp, first row in its file.
 _Entry = tuple[SeriesKey, ValueType, int, int, int, int]
@@ -221,6 +213,8 @@ class _Dataset:
         # Writes in progress: series type pins (type, number of writers) and idempotency keys.
         self.pending_types: dict[SeriesKey, tuple[ValueType, int]] = {}
         self.pending_keys: set[str] = set()
+        # Set once the writer has made sure ``commits`` and ``staging`` exist.
+        self.ready = False
 
     def load_commit(self, name: str) -> None:
         """Fold one committed directory into the index (caller holds ``cond``)."""
@@ -241,11 +235,16 @@ class _Dataset:
         self.next_seq = max(self.next_seq, seq + 1)
         if key is not None:
             self.keys.add(key)
+        series = self.series
         for skey, vt, count, lo, hi, offset in entries:
-            state = self.series.get(skey)
+            state = series.get(skey)
             if state is None:
-                state = self.series[skey] = _Series(vt)
-            state.add(_Segment(seq, name, offset, count), lo, hi)
+                state = series[skey] = _Series(vt, count, lo, hi)
+            else:
+                state.count += count
+                state.min_ts = min(state.min_ts, lo)
+                state.max_ts = max(state.max_ts, hi)
+            state.segments.append(_Segment(seq, name, offset, count))
 
     def refresh(self) -> None:
         """Load commits published since the last look (by this or another process)."""
@@ -677,18 +676,19 @@ class _Committer:
 
     def _publish(self, ds: _Dataset, batches: Sequence[SeriesBatch], key: str | None, source_name: str | None) -> None:
         commits = ds.root / _COMMITS
-        if not commits.is_dir():
-            ds.root.mkdir(exist_ok=True)
-            if ds.root.name.startswith(_HASHED_PREFIX):
-                # Before ``commits`` exists, so any listed dataset directory names its rid.
-                body = json.dumps({"rid": ds.rid}).encode("utf-8")
-                with contextlib.suppress(FileExistsError):
-                    _write_durably(ds.root / _DATASET_FILE, lambda f: f.write(body))
-            for d in (ds.root / _STAGING, commits):
-                d.mkdir(exist_ok=True)
-            _fsync_dir(ds.root)
-            _fsync_dir(self.data_dir)
-        (ds.root / _STAGING).mkdir(exist_ok=True)
+        if not ds.ready:
+            if not commits.is_dir():
+                ds.root.mkdir(exist_ok=True)
+                if ds.root.name.startswith(_HASHED_PREFIX):
+                    # Before ``commits`` exists, so any listed dataset directory names its rid.
+                    body = json.dumps({"rid": ds.rid}).encode("utf-8")
+                    with contextlib.suppress(FileExistsError):
+                        _write_durably(ds.root / _DATASET_FILE, lambda f: f.write(body))
+                commits.mkdir(exist_ok=True)
+                _fsync_dir(ds.root)
+                _fsync_dir(self.data_dir)
+            (ds.root / _STAGING).mkdir(exist_ok=True)
+            ds.ready = True
         staging = ds.root / _STAGING / uuid.uuid4().hex
         staging.mkdir()
         try:
