@@ -22,8 +22,8 @@ from beam_nominal._wire import decode as _decode
 from beam_nominal._wire import metadata as _md
 from beam_nominal._wire._proto.beam_nominal.local.v1 import local_pb2, local_pb2_grpc
 from beam_nominal._wire._proto.nominal.channel_writer.v1 import nominal_channel_writer_pb2 as cw
-from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
-from beam_nominal.model import SeriesKey, ValueType
+from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError
+from beam_nominal.model import ValueType
 from beam_nominal.server.store import InvalidRequestError, LocalStore, SeriesInfo, _Committer
 
 __all__ = [
@@ -49,9 +49,7 @@ CAPABILITIES_SERVICE = "beam_nominal.local.v1.CapabilitiesService"
 
 
 def _deny(_request: Any, context: grpc.ServicerContext) -> None:
-    context.abort(
-        grpc.StatusCode.UNAUTHENTICATED, "missing or wrong 'authorization: Bearer <token>' metadata"
-    )
+    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong 'authorization: Bearer <token>' metadata")
 
 
 _DENY_HANDLER = grpc.unary_unary_rpc_method_handler(_deny)
@@ -90,51 +88,6 @@ class TokenInterceptor(_InterceptorBase):
 # ---------------------------------------------------------------------------------------------
 
 
-def _ns(ts: Any) -> int:
-    return int(ts.seconds) * 1_000_000_000 + int(ts.nanos)
-
-
-def _decode_write_batches(data: bytes) -> DecodedRequest:
-    """Row-form ``WriteBatchesRequest`` to columns (the row API is per point by nature)."""
-    req = cw.WriteBatchesRequest()
-    req.ParseFromString(data)
-    out: list[SeriesBatch] = []
-    for i, rb in enumerate(req.batches):
-        key = SeriesKey(rb.channel, tuple(sorted(rb.tags.items())))
-        which = rb.points.WhichOneof("points")
-        values: Any
-        if which == "double_points":
-            pts: Any = rb.points.double_points.points
-            vt, values = ValueType.DOUBLE, np.array([p.value for p in pts], dtype=np.float64)
-        elif which == "int64_points":
-            pts = rb.points.int64_points.points
-            vt, values = ValueType.INT64, np.array([p.value for p in pts], dtype=np.int64)
-        elif which == "uint64_points":
-            pts = rb.points.uint64_points.points
-            vt, values = ValueType.UINT64, np.array([p.value for p in pts], dtype=np.uint64)
-        elif which == "string_points":
-            pts = rb.points.string_points.points
-            vt, values = ValueType.STRING, [p.value for p in pts]
-        elif which == "struct_points":
-            pts = rb.points.struct_points.points
-            vt, values = ValueType.STRUCT, [p.json for p in pts]
-        elif which == "array_points":
-            kind = rb.points.array_points.WhichOneof("array_points")
-            if kind == "double_array_points":
-                pts = rb.points.array_points.double_array_points.points
-                vt, values = ValueType.DOUBLE_ARRAY, [np.array(p.values, dtype=np.float64) for p in pts]
-            elif kind == "string_array_points":
-                pts = rb.points.array_points.string_array_points.points
-                vt, values = ValueType.STRING_ARRAY, [list(p.values) for p in pts]
-            else:
-                raise MalformedBatchError(i, rb.channel, "array value type not set")
-        else:
-            raise MalformedBatchError(i, rb.channel, "value type not set")
-        ts = np.array([_ns(p.timestamp) for p in pts], dtype=np.int64)
-        out.append(SeriesBatch(key, vt, ts, values))
-    return DecodedRequest(req.data_source_rid, req.source_name if req.HasField("source_name") else None, out)
-
-
 def _idempotency_key(context: grpc.ServicerContext) -> str | None:
     for k, v in context.invocation_metadata() or ():
         if k == _md.IDEMPOTENCY_KEY:
@@ -147,10 +100,6 @@ class WriterService:
 
     def __init__(self, committer: _Committer) -> None:
         self._committer = committer
-        # The codec engineer's row decoder replaces ours once it exists.
-        self._decode_rows: Callable[[bytes], DecodedRequest] = getattr(
-            _decode, "decode_write_batches", _decode_write_batches
-        )
 
     def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
         return grpc.method_handlers_generic_handler(
@@ -165,7 +114,7 @@ class WriterService:
         return self._write(request, context, _decode.decode_request, "WriteColumnBatchesRequest")
 
     def write_batches(self, request: bytes, context: grpc.ServicerContext) -> bytes:
-        return self._write(request, context, self._decode_rows, "WriteBatchesRequest")
+        return self._write(request, context, _decode.decode_write_batches, "WriteBatchesRequest")
 
     def _write(
         self,
@@ -181,9 +130,7 @@ class WriterService:
         except (DecodeError, ValueError, OverflowError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a valid {what}: {exc}")
         try:
-            self._committer.commit(
-                decoded.dataset_rid, decoded.batches, _idempotency_key(context), decoded.source_name
-            )
+            self._committer.commit(decoded.dataset_rid, decoded.batches, _idempotency_key(context), decoded.source_name)
         except (MalformedBatchError, InvalidRequestError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except OSError as exc:
@@ -266,13 +213,9 @@ def table_from_read_response(resp: local_pb2.ReadSeriesResponse) -> pa.Table:
     elif vt is ValueType.STRUCT:
         value = pa.array(list(v.structs.points), type=pa.string())
     elif vt is ValueType.DOUBLE_ARRAY:
-        value = pa.array(
-            [list(p.value) for p in v.arrays.double_array_points.points], type=pa.list_(pa.float64())
-        )
+        value = pa.array([list(p.value) for p in v.arrays.double_array_points.points], type=pa.list_(pa.float64()))
     else:
-        value = pa.array(
-            [list(p.value) for p in v.arrays.string_array_points.points], type=pa.list_(pa.string())
-        )
+        value = pa.array([list(p.value) for p in v.arrays.string_array_points.points], type=pa.list_(pa.string()))
     return pa.table({"timestamp": ts, "value": value})
 
 
