@@ -48,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--channel", help="also print the first and last points of this channel")
     i.add_argument("--points", type=int, default=5, help="points shown at each end with --channel")
     i.add_argument("--token", help=f"bearer token for --target (default: ${_TOKEN_ENV})")
+    i.add_argument("--ca-cert", help="PEM root certificate for a grpcs:// --target (default: system roots)")
     return p
 
 
@@ -108,7 +109,13 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
 
     store: LocalStore | RemoteStore
     if args.target:
-        store = RemoteStore(args.target, token=args.token or os.environ.get(_TOKEN_ENV) or None)
+        roots = None
+        if args.ca_cert:
+            with open(args.ca_cert, "rb") as f:
+                roots = f.read()
+        store = RemoteStore(
+            args.target, token=args.token or os.environ.get(_TOKEN_ENV) or None, root_certificates=roots
+        )
     else:
         if not os.path.isdir(args.data_dir):
             print(f"beam-nominal inspect: no directory {args.data_dir}", file=sys.stderr)

@@ -359,6 +359,9 @@ def test_serve_with_tls(tmp_path: Path, procs: list[Serve]) -> None:
     ch.close()
     with RemoteStore(server.target, root_certificates=cert_pem) as remote:
         assert remote.read(RID, "tls", {"unit": "V"}).column("value").to_pylist() == [0.5, 1.5, 2.5, 3.5]
+    shown = run_cli("inspect", "--target", server.target, "--ca-cert", str(tmp_path / "cert.pem"))
+    assert shown.returncode == 0, shown.stderr
+    assert "tls" in shown.stdout.split()
     lonely = run_cli("serve", "--data-dir", str(tmp_path / "x"), "--port", "0", "--tls-cert", "c.pem")
     assert lonely.returncode == 2
     assert "--tls-key" in lonely.stderr
