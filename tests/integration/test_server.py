@@ -7,6 +7,7 @@ through a fresh ``LocalStore`` on the same directory and through ``RemoteStore``
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -735,3 +736,103 @@ def test_read_all_gives_what_read_gives(server: LocalServer, client: Client) -> 
         assert table.schema == one.schema
         assert exact(table.to_pylist()) == exact(one.to_pylist())
     assert store.read_all("ri.unknown") == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Property: whatever is acknowledged reads back as a plain Python model predicts
+# ---------------------------------------------------------------------------------------------
+
+_rid_counter = iter(range(10**9))
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    with LocalServer(tmp_path_factory.mktemp("prop")) as srv:
+        yield srv
+
+
+def _value_strategy(vt: ValueType) -> Any:
+    from hypothesis import strategies as st
+
+    text = st.text(max_size=5)
+    return {
+        ValueType.DOUBLE: st.floats(allow_nan=True, allow_infinity=True),
+        ValueType.INT64: st.integers(-(2**63), 2**63 - 1),
+        ValueType.UINT64: st.integers(0, 2**64 - 1),
+        ValueType.STRING: text,
+        ValueType.STRUCT: st.dictionaries(st.text(max_size=3), st.integers(), max_size=2).map(json.dumps),
+        ValueType.DOUBLE_ARRAY: st.lists(st.floats(allow_nan=False), max_size=3),
+        ValueType.STRING_ARRAY: st.lists(text, max_size=3),
+    }[vt]
+
+
+def _requests_strategy() -> Any:
+    from hypothesis import strategies as st
+
+    series = st.tuples(
+        st.sampled_from(["a", "b", "ç"]),
+        st.sampled_from([None, {}, {"k": "1"}, {"k": "2", "z": ""}]),
+    )
+    types = st.sampled_from(list(ValueType))
+
+    @st.composite
+    def requests(draw: Any) -> list[list[tuple[str, dict[str, str] | None, ValueType, list[int], list[Any]]]]:
+        # One value type per series for the whole run, as the server demands.
+        pinned: dict[Any, ValueType] = {}
+        out = []
+        for _ in range(draw(st.integers(1, 3))):
+            batches = []
+            for _ in range(draw(st.integers(1, 4))):
+                channel, tags = draw(series)
+                key = SeriesKey.of(channel, tags)
+                vt = pinned.setdefault(key, draw(types))
+                n = draw(st.integers(1, 6))
+                ts = draw(st.lists(st.integers(-(2**62), 2**62), min_size=n, max_size=n))
+                values = draw(st.lists(_value_strategy(vt), min_size=n, max_size=n))
+                batches.append((channel, tags, vt, ts, values))
+            out.append(batches)
+        return out
+
+    return requests()
+
+
+def test_random_requests_read_back_as_modelled(shared_server: LocalServer) -> None:
+    from hypothesis import HealthCheck, given, settings
+
+    client = Client(shared_server.target)
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(_requests_strategy())
+    def check(requests: list[list[tuple[str, dict[str, str] | None, ValueType, list[int], list[Any]]]]) -> None:
+        rid = f"ri.prop.{next(_rid_counter)}"
+        model: dict[SeriesKey, list[tuple[int, int, Any]]] = {}
+        arrival = 0
+        for batches in requests:
+            encoded = []
+            for channel, tags, vt, ts, values in batches:
+                col: Any
+                if vt is ValueType.DOUBLE_ARRAY:
+                    col = [np.array(v, dtype=np.float64) for v in values]
+                elif vt.numpy_dtype is not None:
+                    col = np.array(values, dtype=vt.numpy_dtype)
+                else:
+                    col = list(values)
+                encoded.append(SeriesBatch(SeriesKey.of(channel, tags), vt, np.array(ts, dtype=np.int64), col))
+                for t, v in zip(ts, values, strict=True):
+                    model.setdefault(SeriesKey.of(channel, tags), []).append((t, arrival, v))
+                    arrival += 1
+            client.write(encode_request(rid, encoded))
+        store = LocalStore(shared_server.store.data_dir)
+        everything = store.read_all(rid)
+        assert sorted(everything) == sorted(model)
+        for key, points in model.items():
+            points.sort(key=lambda p: (p[0], p[1]))
+            table = store.read(rid, key.channel, key.tag_dict)
+            assert table.column("timestamp").to_pylist() == [p[0] for p in points]
+            assert exact(table.column("value").to_pylist()) == exact([p[2] for p in points])
+            assert exact(everything[key].to_pylist()) == exact(table.to_pylist())
+
+    try:
+        check()
+    finally:
+        client.channel.close()
