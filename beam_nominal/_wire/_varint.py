@@ -16,22 +16,27 @@ _LOW7 = np.uint64(0x7F)
 
 def varint_lengths(v: U64) -> I64:
     """Bytes of the canonical varint of each value (1..10)."""
-    n = np.ones(v.shape, dtype=np.int64)
-    rest = v >> _SEVEN
-    # Stops as soon as no value needs another byte: small ints cost one pass.
-    while True:
-        more = rest != 0
-        if not more.any():
-            return n
-        n += more
-        rest = rest >> _SEVEN
+    n = v.shape[0]
+    lens = np.ones(n, dtype=np.int64)
+    ge_b = np.empty(min(n, _BLOCK), dtype=np.bool_)
+    for start in range(0, n, _BLOCK):
+        stop = min(start + _BLOCK, n)
+        block, out, ge = v[start:stop], lens[start:stop], ge_b[: stop - start]
+        for k in range(1, 10):
+            np.greater_equal(block, np.uint64(1 << (7 * k)), out=ge)
+            # Stops as soon as no value needs another byte: small ints cost one pass.
+            if not ge.any():
+                break
+            out += ge
+    return lens
 
 
 def encode_varints(v: U64) -> tuple[U8, I64]:
     """Canonical varints of ``v`` concatenated, and each value's byte length.
 
-    Builds a (n, width) byte matrix, one column per 7-bit group up to the widest value, then keeps
-    the leading ``length`` bytes of each row with a boolean mask (row-major, so order is kept).
+    Per block: a (n, width) byte matrix, one column per 7-bit group up to the widest value, of
+    which the leading ``length`` bytes of each row are kept with a boolean mask (row-major, so
+    order is kept). Blocks keep the temporaries small, cached and free of page faults.
     """
     lens = varint_lengths(v)
     n = v.shape[0]
@@ -40,14 +45,32 @@ def encode_varints(v: U64) -> tuple[U8, I64]:
     width = int(lens.max())
     if width == 1:
         return v.astype(np.uint8), lens
-    mat = np.empty((n, width), dtype=np.uint8)
-    last = lens - 1
-    for k in range(width):
-        group = ((v >> np.uint64(7 * k)) & _LOW7).astype(np.uint8)
-        # The continuation bit is set on every byte but a value's last.
-        mat[:, k] = group | ((last > k).astype(np.uint8) << 7)
-    keep = np.arange(width) < lens[:, None]
-    return mat[keep], lens
+    out = np.empty(int(lens.sum()), dtype=np.uint8)
+    size = min(n, _BLOCK)
+    mat_b = np.empty((size, width), dtype=np.uint8)
+    tmp_b = np.empty(size, dtype=np.uint64)
+    cont_b = np.empty(size, dtype=np.uint8)
+    cols = np.arange(width)
+    off = 0
+    for start in range(0, n, _BLOCK):
+        stop = min(start + _BLOCK, n)
+        m = stop - start
+        mat, tmp, cont = mat_b[:m], tmp_b[:m], cont_b[:m]
+        block, blens = v[start:stop], lens[start:stop]
+        for k in range(width):
+            np.right_shift(block, np.uint64(7 * k), out=tmp)
+            tmp &= _LOW7
+            # The continuation bit is set on every byte but a value's last.
+            np.greater(blens, k + 1, out=cont.view(np.bool_))
+            cont <<= 7
+            np.bitwise_or(tmp, cont, out=mat[:, k], casting="unsafe")
+        chunk = mat[cols < blens[:, None]]
+        out[off : off + chunk.shape[0]] = chunk
+        off += chunk.shape[0]
+    return out, lens
+
+
+_BLOCK = 16_384
 
 
 def padded_varints(v: U64, width: int) -> U8:
@@ -65,7 +88,7 @@ def padded_varints(v: U64, width: int) -> U8:
 
 def varint_bytes(value: int) -> bytes:
     """The canonical varint of one non-negative int below 2**64 (for headers and lengths)."""
-    if value < 0x80:
+    if value < 0x4000:
         return _SMALL[value]
     out = bytearray()
     while value >= 0x80:
@@ -75,7 +98,8 @@ def varint_bytes(value: int) -> bytes:
     return bytes(out)
 
 
-_SMALL = [bytes([i]) for i in range(0x80)]
+# Every length below 16 KiB, precomputed: one list lookup per header on the per-batch path.
+_SMALL = [bytes([i]) if i < 0x80 else bytes([(i & 0x7F) | 0x80, i >> 7]) for i in range(0x4000)]
 
 
 def decode_varints(buf: U8, what: str) -> U64:

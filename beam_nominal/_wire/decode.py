@@ -26,7 +26,7 @@ from beam_nominal._wire._proto.nominal.channel_writer.v1 import nominal_channel_
 from beam_nominal._wire._proto.nominal.direct_channel_writer.v2 import (
     direct_channel_writer_common_pb2 as common,
 )
-from beam_nominal._wire._varint import I64, U8, U64, decode_varints
+from beam_nominal._wire._varint import I64, U64, decode_varints
 from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
 from beam_nominal.model import SeriesKey, ValueType
 
@@ -143,69 +143,75 @@ def _unspread5(w: U64) -> U64:
     return v
 
 
-def _words(buf: bytes, offset: int, n: int, stride: int) -> U64:
-    return np.ndarray((n,), dtype="<u8", buffer=buf, offset=offset, strides=(stride,)).astype(np.uint64)
+def _fixed_run(buf: bytes, pos: int, stop: int) -> tuple[int, int]:
+    """(entries, width) of the run of fixed-width Timestamp entries at ``pos``; (0, 0) if none.
 
-
-def _fixed_timestamps(buf: bytes, arr: U8, pos: int, stop: int, index: int, channel: str) -> tuple[I64, int]:
-    """Decode a run of fixed-width 14-byte Timestamp entries starting at ``pos``.
-
-    The run is every consecutive entry whose tag and length bytes match, which is exactly what a
-    sequential parser would read as entries; each is then verified byte by byte (as words).
-
-    Raises:
-        _Fallback: the entry at ``pos`` is not in the fixed-width form, or a run entry's inner
-            bytes are not the exact fixed-width layout.
+    The run is every consecutive entry whose tag and length bytes match, which is exactly what
+    a sequential parser reads as entries. Found without a loop: strided slices of the tag and
+    length columns, and ``lstrip`` counts how many lead with the expected byte. The entries'
+    inner bytes are verified later, for all batches at once.
     """
     if pos + 2 > stop:
-        raise _Fallback
-    width = 14 if buf[pos + 1] == 12 else 19 if buf[pos + 1] == 17 else 0
-    m = (stop - pos) // width if width else 0
-    if m == 0:
-        raise _Fallback
-    rows = arr[pos : pos + m * width].reshape(m, width)
-    heads = (rows[:, 0] == 0x1A) & (rows[:, 1] == width - 2)
-    k = m if heads.all() else int(np.argmin(heads))
-    if k == 0:
-        # e.g. a non-minimal tag varint: valid, but not our layout.
-        raise _Fallback
-    if width == 19:
-        return _fixed_timestamps_10(buf, rows[:k], index, channel), pos + k * width
-    lo = _words(buf, pos, k, width)
-    hi = _words(buf, pos + 6, k, width)
-    if not (((lo & _LO_MASK) == _LO_WANT).all() and ((hi & _HI_MASK) == _HI_WANT).all()):
-        raise _Fallback
+        return 0, 0
+    length = buf[pos + 1]
+    if length == 12:
+        width = 14
+    elif length == 17:
+        width = 19
+    else:
+        return 0, 0
+    m = (stop - pos) // width
+    end = pos + m * width
+    tags = buf[pos:end:width]
+    lens = buf[pos + 1 : end : width]
+    k = min(m - len(tags.lstrip(b"\x1a")), m - len(lens.lstrip(bytes([length]))))
+    return k, width
+
+
+def _decode_fixed_14(region: bytes, n: int) -> tuple[Any, I64, I64]:
+    """Verify and decode ``n`` 14-byte entries: (row ok mask, seconds, nanos)."""
+    lo = np.ndarray((n,), dtype="<u8", buffer=region, offset=0, strides=(14,)).astype(np.uint64)
+    hi = np.ndarray((n,), dtype="<u8", buffer=region, offset=6, strides=(14,)).astype(np.uint64)
+    ok = ((lo & _LO_MASK) == _LO_WANT) & ((hi & _HI_MASK) == _HI_WANT)
     sec = _unspread5(lo >> _U(24)).view(np.int64)
     # nanos is an int32 field: a wider varint keeps its low 32 bits, as every parser does.
-    nanos = (_unspread5(hi >> _U(24)) & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32)
-    return _combine(sec, nanos.astype(np.int64), index, channel), pos + k * width
+    nanos = (_unspread5(hi >> _U(24)) & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
+    return ok, sec, nanos
 
 
-def _fixed_timestamps_10(buf: bytes, rows: U8, index: int, channel: str) -> I64:
-    """19-byte entries: ``1a 11 08 <seconds: 10-byte varint> 10 <nanos: 5-byte varint>``."""
-    cont = rows[:, 3:12].min(axis=1) >= 0x80
-    cont &= rows[:, 14:18].min(axis=1) >= 0x80
-    ok = cont & (rows[:, 2] == 0x08) & (rows[:, 12] <= 1) & (rows[:, 13] == 0x10) & (rows[:, 18] < 0x80)
-    if not ok.all():
-        raise _Fallback
-    sec = np.zeros(rows.shape[0], dtype=np.uint64)
+def _decode_fixed_19(region: bytes, n: int) -> tuple[Any, I64, I64]:
+    """Verify and decode ``n`` 19-byte entries (10-byte two's complement seconds)."""
+    rows = np.frombuffer(region, dtype=np.uint8, count=n * 19).reshape(n, 19)
+    ok = (rows[:, 3:12].min(axis=1) >= 0x80) & (rows[:, 14:18].min(axis=1) >= 0x80)
+    ok &= (rows[:, 0] == 0x1A) & (rows[:, 1] == 17) & (rows[:, 2] == 0x08)
+    ok &= (rows[:, 12] <= 1) & (rows[:, 13] == 0x10) & (rows[:, 18] < 0x80)
+    sec = np.zeros(n, dtype=np.uint64)
     for k in range(10):
         sec |= (rows[:, 3 + k] & 0x7F).astype(np.uint64) << _U(7 * k)
-    nanos = np.zeros(rows.shape[0], dtype=np.uint64)
+    nanos = np.zeros(n, dtype=np.uint64)
     for k in range(5):
         nanos |= (rows[:, 14 + k] & 0x7F).astype(np.uint64) << _U(7 * k)
-    nanos32 = (nanos & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32)
-    return _combine(sec.view(np.int64), nanos32.astype(np.int64), index, channel)
+    return ok, sec.view(np.int64), (nanos & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
+
+
+def _out_of_range(sec: I64, nanos: I64) -> int | None:
+    """Index of the first timestamp outside int64 nanoseconds, or None."""
+    if sec.shape[0] == 0 or (int(sec.max()) <= _SAFE_SECONDS and int(sec.min()) >= -_SAFE_SECONDS):
+        return None
+    for j in np.flatnonzero((sec > _SAFE_SECONDS) | (sec < -_SAFE_SECONDS)).tolist():
+        if not _INT64_MIN <= int(sec[j]) * _NS + int(nanos[j]) <= _INT64_MAX:
+            return int(j)
+    return None
 
 
 def _combine(sec: I64, nanos: I64, index: int, channel: str) -> I64:
     """seconds * 1e9 + nanos, refusing values outside int64 nanoseconds instead of wrapping."""
-    if sec.shape[0] and (int(sec.max()) > _SAFE_SECONDS or int(sec.min()) < -_SAFE_SECONDS):
-        for j, (s, n) in enumerate(zip(sec.tolist(), nanos.tolist(), strict=True)):
-            if not _INT64_MIN <= s * _NS + n <= _INT64_MAX:
-                raise MalformedBatchError(
-                    index, channel, f"timestamps[{j}] ({s} s, {n} ns) is outside the int64 nanosecond range"
-                )
+    bad = _out_of_range(sec, nanos)
+    if bad is not None:
+        raise MalformedBatchError(
+            index, channel, f"timestamps[{bad}] ({int(sec[bad])} s, {int(nanos[bad])} ns) is outside the int64 "
+            "nanosecond range"
+        )
     out: I64 = sec * _NS + nanos
     return out
 
@@ -235,13 +241,6 @@ def _doubles(buf: bytes, spans: list[tuple[int, int]], where: str) -> Any:
     if not chunks:
         return np.empty(0, dtype=np.float64)
     return np.concatenate(chunks).astype(np.float64) if len(chunks) > 1 else chunks[0].astype(np.float64)
-
-
-def _integers(arr: U8, spans: list[tuple[int, int]], where: str) -> U64:
-    chunks = [decode_varints(arr[s:e], where) for s, e in spans]
-    if not chunks:
-        return np.empty(0, dtype=np.uint64)
-    return np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
 
 
 def _double_rows(buf: bytes, start: int, stop: int, where: str) -> list[Any]:
@@ -290,70 +289,6 @@ def _single_member(buf: bytes, spans: list[tuple[int, int]], where: str) -> tupl
     return found
 
 
-def _values(
-    buf: bytes, arr: U8, spans: list[tuple[int, int]], index: int, channel: str
-) -> tuple[ValueType, Any]:
-    where = f"batches[{index}].values"
-    member = _single_member(buf, spans, where)
-    if member is None:
-        raise MalformedBatchError(index, channel, "value type not set")
-    field, s, e = member
-    if field == 1:
-        return ValueType.DOUBLE, _doubles(buf, _packed_field(buf, s, e, where), where)
-    if field == 3:
-        return ValueType.INT64, _integers(arr, _packed_field(buf, s, e, where), where).view(np.int64)
-    if field == 4:
-        return ValueType.UINT64, _integers(arr, _packed_field(buf, s, e, where), where)
-    if field in (2, 6):
-        msg = common.StringPoints.FromString(buf[s:e])
-        return (ValueType.STRING if field == 2 else ValueType.STRUCT), list(msg.points)
-    if field == 5:
-        kind = _single_member(buf, [(s, e)], where)
-        if kind is None or kind[0] > 2:
-            raise MalformedBatchError(index, channel, "array value type not set")
-        if kind[0] == 1:
-            return ValueType.DOUBLE_ARRAY, _double_rows(buf, kind[1], kind[2], where)
-        sap = common.StringArrayPoints.FromString(buf[kind[1] : kind[2]])
-        return ValueType.STRING_ARRAY, [list(p.value) for p in sap.points]
-    raise AssertionError(field)  # pragma: no cover - _single_member returns fields 1..6 only
-
-
-def _batch(buf: bytes, arr: U8, start: int, stop: int, index: int) -> SeriesBatch:
-    where = f"batches[{index}]"
-    channel = ""
-    tags: dict[str, str] = {}
-    ts_chunks: list[I64] = []
-    value_spans: list[tuple[int, int]] = []
-    pos = start
-    while pos < stop:
-        field_pos = pos
-        field, wt, pos = _tag(buf, pos, stop, where)
-        if wt != 2 or field > 4:
-            pos = _skip(buf, pos, stop, field, wt, where)
-            continue
-        if field == 3:
-            ts, pos = _fixed_timestamps(buf, arr, field_pos, stop, index, channel)
-            ts_chunks.append(ts)
-            continue
-        s, pos = _length(buf, pos, stop, where)
-        if field == 1:
-            channel = _text(buf, s, pos, f"{where}.channel")
-        elif field == 2:
-            entry = _map_entry(buf, s, pos, f"{where}.tags")
-            if entry is not None:
-                tags[entry[0]] = entry[1]
-        else:
-            value_spans.append((s, pos))
-    if not ts_chunks:
-        ts = np.empty(0, dtype=np.int64)
-    else:
-        ts = ts_chunks[0] if len(ts_chunks) == 1 else np.concatenate(ts_chunks)
-    vt, values = _values(buf, arr, value_spans, index, channel)
-    if len(values) != ts.shape[0]:
-        raise MalformedBatchError(index, channel, f"{ts.shape[0]} timestamps but {len(values)} values")
-    return SeriesBatch(SeriesKey(channel, tuple(sorted(tags.items()))), vt, ts, values)
-
-
 def _map_entry(buf: bytes, start: int, stop: int, where: str) -> tuple[str, str] | None:
     """A tags entry's (key, value); None for an entry holding unknown fields.
 
@@ -375,6 +310,178 @@ def _map_entry(buf: bytes, start: int, stop: int, where: str) -> tuple[str, str]
             pos = _skip(buf, pos, stop, field, wt, where)
             unknown = True
     return None if unknown else (key, value)
+
+
+class _Batch:
+    """One ColumnBatch while a request is decoded: what the walk found, then its columns."""
+
+    __slots__ = ("channel", "index", "runs", "span", "tags", "timestamps", "value_type", "values")
+
+    def __init__(self, index: int, span: tuple[int, int]) -> None:
+        self.index = index
+        self.span = span
+        self.channel = ""
+        self.tags: dict[str, str] = {}
+        # Fixed-width timestamp runs: (start, entries, width).
+        self.runs: list[tuple[int, int, int]] = []
+        self.timestamps: Any = None
+        self.value_type: ValueType | None = None
+        self.values: Any = None
+
+
+def _walk_batch(buf: bytes, b: _Batch) -> tuple[int, list[tuple[int, int]]] | None:
+    """Read a batch's key, find its timestamp runs and its value member: (field, spans) or None.
+
+    Raises:
+        _Fallback: the batch uses an encoding only upb handles.
+    """
+    start, stop = b.span
+    where = f"batches[{b.index}]"
+    value_spans: list[tuple[int, int]] = []
+    pos = start
+    while pos < stop:
+        field_pos = pos
+        field, wt, pos = _tag(buf, pos, stop, where)
+        if wt != 2 or field > 4:
+            pos = _skip(buf, pos, stop, field, wt, where)
+            continue
+        if field == 3:
+            k, width = _fixed_run(buf, field_pos, stop)
+            if k == 0:
+                raise _Fallback
+            b.runs.append((field_pos, k, width))
+            pos = field_pos + k * width
+            continue
+        s, pos = _length(buf, pos, stop, where)
+        if field == 1:
+            b.channel = _text(buf, s, pos, f"{where}.channel")
+        elif field == 2:
+            entry = _map_entry(buf, s, pos, f"{where}.tags")
+            if entry is not None:
+                b.tags[entry[0]] = entry[1]
+        else:
+            value_spans.append((s, pos))
+    if len({w for _, _, w in b.runs}) > 1:
+        raise _Fallback  # runs of both widths in one batch: rare enough to leave to upb
+    member = _single_member(buf, value_spans, f"{where}.values")
+    if member is None:
+        return None
+    field, s, e = member
+    if field in (1, 3, 4):
+        return field, _packed_field(buf, s, e, f"{where}.values")
+    return field, [(s, e)]
+
+
+def _batch_values(buf: bytes, b: _Batch, field: int, s: int, e: int) -> None:
+    """Columns of the value types read one batch at a time (strings via upb, arrays)."""
+    where = f"batches[{b.index}].values"
+    if field in (2, 6):
+        b.value_type = ValueType.STRING if field == 2 else ValueType.STRUCT
+        b.values = list(common.StringPoints.FromString(buf[s:e]).points)
+        return
+    kind = _single_member(buf, [(s, e)], where)
+    if kind is None or kind[0] > 2:
+        raise MalformedBatchError(b.index, b.channel, "array value type not set")
+    if kind[0] == 1:
+        b.value_type = ValueType.DOUBLE_ARRAY
+        b.values = _double_rows(buf, kind[1], kind[2], where)
+    else:
+        b.value_type = ValueType.STRING_ARRAY
+        sap = common.StringArrayPoints.FromString(buf[kind[1] : kind[2]])
+        b.values = [list(p.value) for p in sap.points]
+
+
+def _split(column: Any, counts: list[int]) -> list[Any]:
+    """Consecutive pieces of ``column`` of the given lengths (views, no copies)."""
+    out = []
+    off = 0
+    for c in counts:
+        out.append(column[off : off + c])
+        off += c
+    return out
+
+
+def _all_timestamps(buf: bytes, fast: list[_Batch], malformed: dict[int, MalformedBatchError]) -> list[_Batch]:
+    """Decode every batch's fixed-width timestamp runs together; return batches needing upb."""
+    slow: list[_Batch] = []
+    for width, decoder in ((14, _decode_fixed_14), (19, _decode_fixed_19)):
+        owners = [(b, s, k) for b in fast for s, k, w in b.runs if w == width]
+        if not owners:
+            continue
+        counts = [k for _, _, k in owners]
+        n = sum(counts)
+        if len(owners) == 1:
+            region: Any = memoryview(buf)[owners[0][1] : owners[0][1] + n * width]
+        else:
+            region = b"".join([buf[s : s + k * width] for _, s, k in owners])
+        ok, sec, nanos = decoder(region, n)
+        if not ok.all():
+            bad = set(np.repeat(np.arange(len(owners)), counts)[~ok].tolist())
+            slow += [owners[i][0] for i in sorted(bad)]
+        ns = sec * _NS + nanos
+        for (b, _, _), piece, sp, npc in zip(
+            owners, _split(ns, counts), _split(sec, counts), _split(nanos, counts), strict=True
+        ):
+            j = _out_of_range(sp, npc)
+            if j is not None and b.index not in malformed:
+                malformed[b.index] = MalformedBatchError(
+                    b.index, b.channel,
+                    f"a timestamp ({int(sp[j])} s, {int(npc[j])} ns) is outside the int64 nanosecond range",
+                )
+            b.timestamps = piece if b.timestamps is None else np.concatenate([b.timestamps, piece])
+    for b in fast:
+        if b.timestamps is None:
+            b.timestamps = np.empty(0, dtype=np.int64)
+    return slow
+
+
+def _all_numbers(buf: bytes, todo: list[tuple[_Batch, int, list[tuple[int, int]]]]) -> None:
+    """Decode every batch's packed doubles, then every batch's packed integers, together."""
+    doubles = [(b, spans) for b, field, spans in todo if field == 1]
+    if doubles:
+        counts = []
+        pieces = []
+        for b, spans in doubles:
+            size = 0
+            for s, e in spans:
+                if (e - s) % 8:
+                    raise DecodeError(
+                        f"batches[{b.index}].values: packed doubles of {e - s} bytes, not a multiple of 8"
+                    )
+                size += e - s
+                pieces.append(buf[s:e])
+            counts.append(size // 8)
+            b.value_type = ValueType.DOUBLE
+        raw = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        column = np.frombuffer(raw, dtype="<f8").astype(np.float64)
+        for (b, _), piece in zip(doubles, _split(column, counts), strict=True):
+            b.values = piece
+    ints = [(b, field, spans) for b, field, spans in todo if field in (3, 4)]
+    if ints:
+        pieces = []
+        sizes = []
+        for b, _, spans in ints:
+            size = 0
+            for s, e in spans:
+                if s < e and buf[e - 1] >= 0x80:
+                    raise DecodeError(f"batches[{b.index}].values: truncated varint at the end of a packed field")
+                size += e - s
+                pieces.append(buf[s:e])
+            sizes.append(size)
+        raw = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        region = np.frombuffer(raw, dtype=np.uint8)
+        integers = decode_varints(region, "packed integers")
+        # Values per batch: varints that end inside its bytes.
+        ends = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(np.array(sizes, dtype=np.int64), out=ends[1:])
+        done = np.zeros(region.shape[0] + 1, dtype=np.int64)
+        np.cumsum(region < 0x80, out=done[1:])
+        counts = np.diff(done[ends]).tolist()
+        for (b, field, _), piece in zip(ints, _split(integers, counts), strict=True):
+            if field == 3:
+                b.value_type, b.values = ValueType.INT64, piece.view(np.int64)
+            else:
+                b.value_type, b.values = ValueType.UINT64, piece
 
 
 def _slow_batch(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
@@ -399,23 +506,21 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
 
     Returns:
         The dataset rid, source name (None when absent) and one :class:`SeriesBatch` per
-        ``ColumnBatch``, in order. Numeric columns are fresh writable arrays.
+        ``ColumnBatch``, in order. Numeric columns are writable arrays, owned by the result
+        (batches of one request may share one underlying buffer).
 
     Raises:
         MalformedBatchError: a batch without a value type, whose counts disagree, or with a
-            timestamp outside int64 nanoseconds; it names the batch index and channel.
+            timestamp outside int64 nanoseconds; it names the batch index and channel (the
+            first such batch).
         google.protobuf.message.DecodeError: bytes that are not a valid request (truncated,
-            garbage, invalid UTF-8).
+            garbage, invalid UTF-8). Broken bytes anywhere take precedence over a bad batch.
     """
     buf = data if isinstance(data, bytes) else bytes(data)
-    arr = np.frombuffer(buf, dtype=np.uint8)
     end = len(buf)
     rid = ""
     source: str | None = None
-    batches: list[SeriesBatch] = []
-    # A bad batch is reported only after the whole request proved to be valid protobuf, so that
-    # broken bytes are always a DecodeError, as with upb.
-    malformed: MalformedBatchError | None = None
+    batches: list[_Batch] = []
     pos = 0
     while pos < end:
         field, wt, pos = _tag(buf, pos, end, "request")
@@ -428,20 +533,61 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
         elif field == 3:
             source = _text(buf, s, pos, "source_name")
         else:
-            index = len(batches)
-            try:
-                try:
-                    batch = _batch(buf, arr, s, pos, index)
-                except _Fallback:
-                    batch = _slow_batch(buf, s, pos, index)
-            except MalformedBatchError as exc:
-                cw.ColumnBatch.FromString(buf[s:pos])  # broken bytes win: DecodeError, as upb
-                malformed = malformed or exc
-                batch = SeriesBatch(SeriesKey(""), ValueType.DOUBLE, np.empty(0, np.int64), np.empty(0))
-            batches.append(batch)
-    if malformed is not None:
-        raise malformed
-    return DecodedRequest(rid, source, batches)
+            batches.append(_Batch(len(batches), (s, pos)))
+
+    # Walk every batch (structure only), then decode columns of all batches together.
+    malformed: dict[int, MalformedBatchError] = {}
+    slow: list[_Batch] = []
+    fast: list[_Batch] = []
+    numbers: list[tuple[_Batch, int, list[tuple[int, int]]]] = []
+    for b in batches:
+        try:
+            member = _walk_batch(buf, b)
+            if member is None:
+                malformed[b.index] = MalformedBatchError(b.index, b.channel, "value type not set")
+            elif member[0] in (1, 3, 4):
+                numbers.append((b, member[0], member[1]))
+            else:
+                _batch_values(buf, b, member[0], *member[1][0])
+        except _Fallback:
+            slow.append(b)
+            continue
+        except MalformedBatchError as exc:
+            malformed[b.index] = exc
+        fast.append(b)
+    slow_ids = {id(b) for b in slow}
+    numbers = [t for t in numbers if id(t[0]) not in slow_ids]
+    _all_numbers(buf, numbers)
+    again = _all_timestamps(buf, fast, malformed)
+    slow += again
+
+    out: list[SeriesBatch] = [None] * len(batches)  # type: ignore[list-item]
+    redo = {id(b) for b in again}
+    for b in fast:
+        if id(b) in redo or b.index in malformed:
+            continue
+        if len(b.values) != b.timestamps.shape[0]:
+            malformed[b.index] = MalformedBatchError(
+                b.index, b.channel, f"{b.timestamps.shape[0]} timestamps but {len(b.values)} values"
+            )
+            continue
+        assert b.value_type is not None
+        out[b.index] = SeriesBatch(SeriesKey(b.channel, tuple(sorted(b.tags.items()))), b.value_type,
+                                   b.timestamps, b.values)
+    for b in sorted(slow, key=lambda x: x.index):
+        malformed.pop(b.index, None)
+        try:
+            out[b.index] = _slow_batch(buf, b.span[0], b.span[1], b.index)
+        except MalformedBatchError as exc:
+            malformed[b.index] = exc
+    if malformed:
+        first = min(malformed)
+        # Broken bytes win over a bad batch, as with upb: re-parse the bad batches' bytes.
+        for index in sorted(malformed):
+            s, e = batches[index].span
+            cw.ColumnBatch.FromString(buf[s:e])
+        raise malformed[first]
+    return DecodedRequest(rid, source, out)
 
 
 # ---------------------------------------------------------------------------------------------

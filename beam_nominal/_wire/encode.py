@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from beam_nominal._wire._varint import I64, U8, U64, encode_varints, varint_bytes, varint_lengths
 from beam_nominal._wire.batch import SeriesBatch
-from beam_nominal.model import ValueType
+from beam_nominal.model import SeriesKey, ValueType
 
 __all__ = [
     "TIMESTAMP_BYTES",
@@ -66,6 +66,9 @@ _VALUE_TAG = {
 _STRINGISH = (ValueType.STRING, ValueType.STRUCT)
 _INTEGER = (ValueType.INT64, ValueType.UINT64)
 _INT64_MAX = np.iinfo(np.int64).max
+_F8 = np.dtype("<f8")
+_I8 = np.dtype(np.int64)
+_STRIDE8 = (8,)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,22 +136,50 @@ def _utf8(strs: list[Any]) -> tuple[bytes, I64]:
 
 
 def _string_entries(strs: list[Any], tag: int) -> tuple[U8, I64]:
-    """Repeated string field entries (``tag`` len utf-8) concatenated, and each entry's size."""
+    """Repeated string field entries (``tag`` len utf-8) concatenated, and each entry's size.
+
+    Fast path: join with a two-NUL separator before every string and encode once. Where no
+    string holds a NUL, the NUL pairs are exactly the separators, their positions give every
+    string's UTF-8 length, and, for strings shorter than 128 bytes, each pair is overwritten in
+    place by the two-byte header (tag, length): no per-string Python work beyond the join.
+    """
+    n = len(strs)
+    if n:
+        raw_sep = ("\0\0" + "\0\0".join(strs)).encode("utf-8")
+        buf = np.frombuffer(raw_sep, dtype=np.uint8)
+        nul = np.flatnonzero(buf == 0)
+        if nul.shape[0] == 2 * n:
+            starts = nul[0::2]
+            blens = np.empty(n, dtype=np.int64)
+            blens[:-1] = starts[1:] - starts[:-1] - 2
+            blens[-1] = buf.shape[0] - starts[-1] - 2
+            if int(blens.max()) < 0x80:
+                out = buf.copy()
+                out[starts] = tag
+                out[starts + 1] = blens
+                return out, blens + 2
+            keep = np.ones(buf.shape[0], dtype=np.bool_)
+            keep[nul] = False
+            hdr, hlens = _headers(tag, blens)
+            return _interleave(hdr, hlens, buf[keep], blens), hlens + blens
     raw, blens = _utf8(strs)
     hdr, hlens = _headers(tag, blens)
     return _interleave(hdr, hlens, np.frombuffer(raw, dtype=np.uint8), blens), hlens + blens
 
 
-def _spread5(x: U64) -> U64:
-    """A value below 2**35 as a padded 5-byte varint in the low 40 bits of a little-endian word."""
-    m = np.uint64
-    w = x & m(0x7F)
-    w |= (x << m(1)) & m(0x7F00)
-    w |= (x << m(2)) & m(0x7F0000)
-    w |= (x << m(3)) & m(0x7F000000)
-    w |= (x << m(4)) & m(0x7F00000000)
-    w |= m(0x80808080)
-    return w
+def _spread5(x: U64, out: U64, tmp: U64) -> U64:
+    """Values below 2**35 as padded 5-byte varints in the low 40 bits of little-endian words.
+
+    Works in two caller-provided buffers: fresh temporaries cost more than the arithmetic here
+    (first-touch page faults), so none are made.
+    """
+    np.bitwise_and(x, np.uint64(0x7F), out=out)
+    for k in range(1, 5):
+        np.left_shift(x, np.uint64(k), out=tmp)
+        tmp &= np.uint64(0x7F << (8 * k))
+        out |= tmp
+    out |= np.uint64(0x80808080)
+    return out
 
 
 def _timestamps_5(ns: I64) -> U8:
@@ -157,17 +188,39 @@ def _timestamps_5(ns: I64) -> U8:
     Each row is written as two little-endian 64-bit words through unaligned strided views: bytes
     0..7 are ``1a 0c 08`` + seconds, bytes 8..15 are ``10`` + nanos and spill two bytes into the
     next row, which that row's first word then overwrites (hence two spare bytes at the end).
+    Work goes in blocks with small reused scratch arrays: request-sized temporaries would cost
+    more in first-touch page faults than the arithmetic itself, and blocks stay in cache.
     """
     n = ns.shape[0]
     if n == 0:
         return np.empty(0, dtype=np.uint8)
-    sec, nanos = np.divmod(ns, _NS)
     buf = np.empty(n * TIMESTAMP_BYTES + 2, dtype=np.uint8)
     lo = np.ndarray((n,), dtype="<u8", buffer=buf, offset=0, strides=(TIMESTAMP_BYTES,))
     hi = np.ndarray((n,), dtype="<u8", buffer=buf, offset=8, strides=(TIMESTAMP_BYTES,))
-    hi[:] = (_spread5(nanos.view(np.uint64)) << np.uint64(8)) | np.uint64(0x10)
-    lo[:] = (_spread5(sec.view(np.uint64)) << np.uint64(24)) | np.uint64(0x08_0C_1A)
+    size = min(n, _BLOCK)
+    sec_b = np.empty(size, dtype=np.int64)
+    nanos_b = np.empty(size, dtype=np.int64)
+    word_b = np.empty(size, dtype=np.uint64)
+    tmp_b = np.empty(size, dtype=np.uint64)
+    for start in range(0, n, _BLOCK):
+        stop = min(start + _BLOCK, n)
+        m = stop - start
+        sec, nanos, word, tmp = sec_b[:m], nanos_b[:m], word_b[:m], tmp_b[:m]
+        np.floor_divide(ns[start:stop], _NS, out=sec)
+        np.multiply(sec, _NS, out=nanos)
+        np.subtract(ns[start:stop], nanos, out=nanos)
+        _spread5(nanos.view(np.uint64), word, tmp)
+        word <<= np.uint64(8)
+        word |= np.uint64(0x10)
+        hi[start:stop] = word
+        _spread5(sec.view(np.uint64), word, tmp)
+        word <<= np.uint64(24)
+        word |= np.uint64(0x08_0C_1A)
+        lo[start:stop] = word
     return buf[: n * TIMESTAMP_BYTES]
+
+
+_BLOCK = 16_384
 
 
 def _timestamps_10(ns: I64) -> U8:
@@ -183,7 +236,8 @@ def _timestamps_10(ns: I64) -> U8:
         group = ((s >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
         out[:, 3 + k] = group | 0x80 if k < 9 else group
     out[:, 13] = 0x10
-    out[:, 14:] = _spread5(nanos.view(np.uint64)).astype("<u8").view(np.uint8).reshape(n, 8)[:, :5]
+    spread = _spread5(nanos.view(np.uint64), np.empty(n, np.uint64), np.empty(n, np.uint64))
+    out[:, 14:] = spread.astype("<u8").view(np.uint8).reshape(n, 8)[:, :5]
     return out.reshape(-1)
 
 
@@ -207,8 +261,26 @@ def _string_field(tag: bytes, text: str) -> bytes:
 
 
 def _key_bytes(batch: SeriesBatch) -> bytes:
-    """Channel (field 1) and tags (field 2 map entries, sorted) of one ColumnBatch."""
     key = batch.key
+    try:
+        return _KEY_CACHE[key]
+    except KeyError:
+        pass
+    encoded = _encode_key(key)
+    if len(_KEY_CACHE) >= _KEY_CACHE_SIZE:
+        _KEY_CACHE.clear()
+    _KEY_CACHE[key] = encoded
+    return encoded
+
+
+# Series keys repeat from request to request; their bytes are cached (bounded, cleared when full;
+# a racing clear from another thread only costs a re-encode).
+_KEY_CACHE: dict[SeriesKey, bytes] = {}
+_KEY_CACHE_SIZE = 100_000
+
+
+def _encode_key(key: SeriesKey) -> bytes:
+    """Channel (field 1) and tags (field 2 map entries, sorted) of one ColumnBatch."""
     parts = [_string_field(_T1, key.channel)]
     # Sorted here too, so bytes stay deterministic even for a key built without SeriesKey.of.
     for k, v in sorted(key.tags):
@@ -351,21 +423,22 @@ def _string_array_points(i: int, batch: SeriesBatch, n: int) -> U8:
 # ---------------------------------------------------------------------------------------------
 
 
-def _values_body(vt: ValueType, payload_len: int, n: int) -> list[bytes]:
-    """The framing around a value payload: ``ColumnValues`` tag/len and the points message."""
+def _values_body(vt: ValueType, payload_len: int, n: int) -> bytes:
+    """The framing before a value payload: ``ColumnValues`` tag/len and the points message."""
     if vt is ValueType.DOUBLE or vt in _INTEGER:
         # DoublePoints/IntPoints/Uint64Points { packed field 1 }; an empty packed field is omitted.
-        inner = _len_field(_T1, payload_len) if n else b""
-        points_len = len(inner) + payload_len
-        points = _len_field(_VALUE_TAG[vt], points_len)
-        return [_len_field(_T4, len(points) + points_len), points, inner]
+        inner = _T1 + varint_bytes(payload_len) if n else b""
+        size = len(inner) + payload_len
+        points = _VALUE_TAG[vt] + varint_bytes(size)
+        size += len(points)
+        return _T4 + varint_bytes(size) + points + inner
     if vt in _STRINGISH:
-        points = _len_field(_VALUE_TAG[vt], payload_len)
-        return [_len_field(_T4, len(points) + payload_len), points]
+        points = _VALUE_TAG[vt] + varint_bytes(payload_len)
+        return _T4 + varint_bytes(len(points) + payload_len) + points
     # ArrayPoints { double_array_points = 1 | string_array_points = 2 { repeated points = 1 } }
-    which = _len_field(_T1 if vt is ValueType.DOUBLE_ARRAY else _T2, payload_len)
-    arrays = _len_field(_VALUE_TAG[vt], len(which) + payload_len)
-    return [_len_field(_T4, len(arrays) + len(which) + payload_len), arrays, which]
+    which = (_T1 if vt is ValueType.DOUBLE_ARRAY else _T2) + varint_bytes(payload_len)
+    arrays = _VALUE_TAG[vt] + varint_bytes(len(which) + payload_len)
+    return _T4 + varint_bytes(len(arrays) + len(which) + payload_len) + arrays + which
 
 
 def encode_request(dataset_rid: str, batches: Sequence[SeriesBatch], source_name: str | None = None) -> bytes:
@@ -387,12 +460,41 @@ def encode_request(dataset_rid: str, batches: Sequence[SeriesBatch], source_name
     """
     batches = list(batches)
     nb = len(batches)
-    ts_cols: list[I64] = []
+    vts: list[ValueType] = [ValueType.DOUBLE] * nb
+    ts_cols: list[Any] = [None] * nb
+    counts = [0] * nb
+    payloads: list[Any] = [None] * nb
+    plens = [0] * nb
+    ints: list[int] = []
+    strs: list[int] = []
+    # One pass: check shapes and types, and take double columns as they are where possible
+    # (a C-contiguous float64 array is its own packed payload).
     for i, b in enumerate(batches):
-        if not isinstance(b.value_type, ValueType):
-            raise TypeError(f"{_where(i, b)}: value_type must be a ValueType, got {b.value_type!r}")
-        ts_cols.append(_checked_timestamps(i, b))
-    counts = [c.shape[0] for c in ts_cols]
+        vt = b.value_type
+        if type(vt) is not ValueType:
+            vt = _checked_type(i, b)
+        vts[i] = vt
+        ts = b.timestamps
+        if type(ts) is not np.ndarray or ts.dtype != _I8 or ts.ndim != 1:
+            ts = _checked_timestamps(i, b)
+        n = ts.shape[0]
+        ts_cols[i] = ts
+        counts[i] = n
+        if vt is ValueType.DOUBLE:
+            vals = b.values
+            if not (type(vals) is np.ndarray and vals.dtype == _F8 and vals.shape == (n,)
+                    and vals.strides == _STRIDE8):
+                vals = np.ascontiguousarray(_checked_numeric(i, b, n))
+            payloads[i] = vals
+            plens[i] = 8 * n
+        elif vt is ValueType.INT64 or vt is ValueType.UINT64:
+            ints.append(i)
+        elif vt is ValueType.STRING or vt is ValueType.STRUCT:
+            strs.append(i)
+        else:
+            arr = _double_array_points(i, b, n) if vt is ValueType.DOUBLE_ARRAY else _string_array_points(i, b, n)
+            payloads[i] = arr
+            plens[i] = arr.shape[0]
 
     # Timestamps of all batches in one pass when none is before 1970 (the usual case).
     ts_parts: list[Any] = []
@@ -402,28 +504,18 @@ def encode_request(dataset_rid: str, batches: Sequence[SeriesBatch], source_name
             mv = _timestamps_5(all_ts).data
             off = 0
             for c in counts:
-                ts_parts.append(mv[off : off + c * TIMESTAMP_BYTES])
-                off += c * TIMESTAMP_BYTES
+                end = off + c * TIMESTAMP_BYTES
+                ts_parts.append(mv[off:end])
+                off = end
         else:
             ts_parts = [_encode_timestamps(c).data for c in ts_cols]
 
-    # Values: (payload bytes-like, its length) per batch.
-    payloads: list[Any] = [None] * nb
-    ints = [i for i, b in enumerate(batches) if b.value_type in _INTEGER]
-    strs = [i for i, b in enumerate(batches) if b.value_type in _STRINGISH]
-    for i, b in enumerate(batches):
-        vt = b.value_type
-        if vt is ValueType.DOUBLE:
-            payloads[i] = np.ascontiguousarray(_checked_numeric(i, b, counts[i])).view(np.uint8).data
-        elif vt is ValueType.DOUBLE_ARRAY:
-            payloads[i] = _double_array_points(i, b, counts[i]).data
-        elif vt is ValueType.STRING_ARRAY:
-            payloads[i] = _string_array_points(i, b, counts[i]).data
+    # Integers and strings of all batches are encoded together, then sliced per batch.
     if ints:
         cols = [_checked_numeric(i, batches[i], counts[i]) for i in ints]
         enc, lens = encode_varints(np.concatenate(cols) if len(cols) > 1 else cols[0])
         sizes = _segment_sums(lens, np.array([counts[i] for i in ints], dtype=np.int64))
-        _slice_into(payloads, ints, enc, sizes)
+        _slice_into(payloads, plens, ints, enc, sizes)
     if strs:
         for i in strs:
             _checked_len(i, batches[i], counts[i])
@@ -435,27 +527,36 @@ def encode_request(dataset_rid: str, batches: Sequence[SeriesBatch], source_name
                 _check_strings(i, batches[i], batches[i].values, "values")
             raise
         sizes = _segment_sums(sizes_per, np.array([counts[i] for i in strs], dtype=np.int64))
-        _slice_into(payloads, strs, enc, sizes)
+        _slice_into(payloads, plens, strs, enc, sizes)
 
     parts: list[Any] = []
     if dataset_rid:
         parts.append(_string_field(_T1, dataset_rid))
     for i, b in enumerate(batches):
         head = _key_bytes(b)
-        payload = payloads[i]
-        framing = _values_body(b.value_type, len(payload), counts[i])
-        body_len = len(head) + len(ts_parts[i]) + sum(map(len, framing)) + len(payload)
-        parts += (_len_field(_T2, body_len), head, ts_parts[i], *framing, payload)
+        plen = plens[i]
+        ts_part = ts_parts[i]
+        framing = _values_body(vts[i], plen, counts[i])
+        body_len = len(head) + ts_part.nbytes + len(framing) + plen
+        parts += (_T2 + varint_bytes(body_len), head, ts_part, framing, payloads[i])
     if source_name is not None:
         parts.append(_string_field(_T3, source_name))
     return b"".join(parts)
 
 
-def _slice_into(payloads: list[Any], idx: list[int], enc: U8, sizes: I64) -> None:
+def _checked_type(i: int, batch: SeriesBatch) -> ValueType:
+    try:
+        return ValueType(batch.value_type)
+    except ValueError:
+        raise TypeError(f"{_where(i, batch)}: value_type must be a ValueType, got {batch.value_type!r}") from None
+
+
+def _slice_into(payloads: list[Any], plens: list[int], idx: list[int], enc: U8, sizes: I64) -> None:
     mv = enc.data
     off = 0
     for i, size in zip(idx, sizes.tolist(), strict=True):
         payloads[i] = mv[off : off + size]
+        plens[i] = size
         off += size
 
 
@@ -498,7 +599,7 @@ def encoded_size(batch: SeriesBatch) -> int:
     else:
         encoder = _double_array_points if vt is ValueType.DOUBLE_ARRAY else _string_array_points
         payload = encoder(0, batch, n).shape[0]
-    framing = sum(map(len, _values_body(vt, payload, n)))
+    framing = len(_values_body(vt, payload, n))
     body = len(_key_bytes(batch)) + ts_len + framing + payload
     return 1 + len(varint_bytes(body)) + body
 
