@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import itertools
 import json
@@ -269,65 +268,30 @@ class _Dataset:
 
 
 def _value_array(vt: ValueType, batches: Sequence[SeriesBatch]) -> pa.Array:
-    if vt in (ValueType.DOUBLE, ValueType.INT64, ValueType.UINT64):
-        dtype = vt.numpy_dtype
-        assert dtype is not None
-        parts = [np.asarray(b.values, dtype=dtype) for b in batches]
-        return pa.array(np.concatenate(parts) if parts else np.empty(0, dtype), type=_ARROW_TYPES[vt])
+    values = [b.values for b in batches]
+    dtype = vt.numpy_dtype
+    if dtype is not None:
+        column = np.concatenate(values) if values else np.empty(0, dtype)
+        return pa.array(column.astype(dtype, copy=False), type=_ARROW_TYPES[vt])
     if vt in (ValueType.STRING, ValueType.STRUCT):
-        return pa.array(list(itertools.chain.from_iterable(b.values for b in batches)), type=pa.string())
-    rows: list[Any] = list(itertools.chain.from_iterable(b.values for b in batches))
-    lengths = np.fromiter((len(r) for r in rows), dtype=np.int32, count=len(rows))
+        return pa.array(list(itertools.chain.from_iterable(values)), type=pa.string())
+    rows: list[Any] = list(itertools.chain.from_iterable(values))
     offsets = np.zeros(len(rows) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
+    np.cumsum(np.fromiter(map(len, rows), dtype=np.int32, count=len(rows)), out=offsets[1:])
     flat: pa.Array
     if vt is ValueType.DOUBLE_ARRAY:
-        flat = pa.array(
-            np.concatenate([np.asarray(r, dtype=np.float64) for r in rows]) if rows else np.empty(0, np.float64),
-            type=pa.float64(),
-        )
+        flat_values = np.concatenate(rows).astype(np.float64, copy=False) if rows else np.empty(0, np.float64)
+        flat = pa.array(flat_values, type=pa.float64())
     else:
         flat = pa.array(list(itertools.chain.from_iterable(rows)), type=pa.string())
     return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), flat)
 
 
-@functools.lru_cache(maxsize=65536)
-def _tags_text(tags: tuple[tuple[str, str], ...]) -> str:
-    return _tags_json(tags)
-
-
-def _file_table(vt: ValueType, batches: Sequence[SeriesBatch]) -> tuple[pa.Table, npt.NDArray[np.int64]]:
-    """One Parquet table of all batches of one value type, rows in batch order; and its timestamps."""
-    counts = np.fromiter((len(b) for b in batches), dtype=np.int64, count=len(batches))
-    # Name columns are dictionary arrays built from per-series codes, so no per-row hashing.
-    chan_ids: dict[str, int] = {}
-    tag_ids: dict[str, int] = {}
-    chan_codes = np.fromiter(
-        (chan_ids.setdefault(b.key.channel, len(chan_ids)) for b in batches),
-        dtype=np.int32,
-        count=len(batches),
-    )
-    tag_codes = np.fromiter(
-        (tag_ids.setdefault(_tags_text(b.key.tags), len(tag_ids)) for b in batches),
-        dtype=np.int32,
-        count=len(batches),
-    )
-    channel = pa.DictionaryArray.from_arrays(
-        pa.array(np.repeat(chan_codes, counts)), pa.array(list(chan_ids), type=pa.string())
-    )
-    tags = pa.DictionaryArray.from_arrays(
-        pa.array(np.repeat(tag_codes, counts)), pa.array(list(tag_ids), type=pa.string())
-    )
-    ts = np.concatenate([b.timestamps for b in batches]).astype(np.int64, copy=False)
-    table = pa.table(
-        {
-            "channel": channel,
-            "tags": tags,
-            "timestamp": pa.array(ts, type=pa.int64()),
-            "value": _value_array(vt, batches),
-        }
-    )
-    return table, ts
+def _codes(items: list[Any]) -> tuple[list[Any], npt.NDArray[np.int32]]:
+    """Distinct items in first-seen order, and each item's index among them."""
+    distinct = list(dict.fromkeys(items))
+    index = {item: i for i, item in enumerate(distinct)}
+    return distinct, np.fromiter(map(index.__getitem__, items), dtype=np.int32, count=len(items))
 
 
 def _write_durably(path: Path, write: Any) -> None:
@@ -338,44 +302,64 @@ def _write_durably(path: Path, write: Any) -> None:
 
 
 def _write_staging(staging: Path, batches: Sequence[SeriesBatch], meta: dict[str, Any]) -> list[_Entry]:
-    """Write all files of one commit into ``staging``, fsynced; returns its series entries."""
+    """Write all files of one commit into ``staging``, fsynced; returns its series entries.
+
+    Requests carry thousands of short series, so the per-series work is a few passes of C-level
+    ``map``/``zip`` over the batches; everything per point is numpy or Arrow.
+    """
     by_type: dict[ValueType, list[SeriesBatch]] = {}
     for b in batches:
-        if len(b):
+        if len(b.timestamps):
             by_type.setdefault(b.value_type, []).append(b)
     entries: list[_Entry] = []
     for vt, group in by_type.items():
-        table, ts = _file_table(vt, group)
-        _write_durably(staging / f"{vt.value}.parquet", lambda f, t=table: pq.write_table(t, f, **_PARQUET_OPTIONS))
-        counts = np.fromiter((len(b) for b in group), dtype=np.int64, count=len(group))
+        keys: list[SeriesKey] = [b.key for b in group]
+        stamps = [b.timestamps for b in group]
+        counts = np.fromiter(map(len, stamps), dtype=np.int64, count=len(group))
         starts = np.zeros(len(group), dtype=np.int64)
         np.cumsum(counts[:-1], out=starts[1:])
-        lows = np.minimum.reduceat(ts, starts).tolist()
-        highs = np.maximum.reduceat(ts, starts).tolist()
+        ts = np.concatenate(stamps).astype(np.int64, copy=False)
+        # Name columns are dictionary arrays built from per-series codes: no per-row hashing.
+        channels, chan_codes = _codes([k.channel for k in keys])
+        tag_sets, tag_codes = _codes([k.tags for k in keys])
+        table = pa.table(
+            {
+                "channel": pa.DictionaryArray.from_arrays(
+                    pa.array(np.repeat(chan_codes, counts)), pa.array(channels, type=pa.string())
+                ),
+                "tags": pa.DictionaryArray.from_arrays(
+                    pa.array(np.repeat(tag_codes, counts)),
+                    pa.array([_tags_json(t) for t in tag_sets], type=pa.string()),
+                ),
+                "timestamp": pa.array(ts, type=pa.int64()),
+                "value": _value_array(vt, group),
+            }
+        )
+        _write_durably(staging / f"{vt.value}.parquet", lambda f, t=table: pq.write_table(t, f, **_PARQUET_OPTIONS))
         entries.extend(
             zip(
-                (b.key for b in group),
+                keys,
                 itertools.repeat(vt),
                 counts.tolist(),
-                lows,
-                highs,
+                np.minimum.reduceat(ts, starts).tolist(),
+                np.maximum.reduceat(ts, starts).tolist(),
                 starts.tolist(),
                 strict=False,
             )
         )
     # Column-wise: one JSON list per field is several times faster to write and read than one
-    # object per series, and requests routinely carry thousands of series.
-    tag_sets: dict[tuple[tuple[str, str], ...], int] = {}
+    # object per series.
+    all_tags, all_tag_codes = _codes([e[0].tags for e in entries])
     series = {
         "channel": [e[0].channel for e in entries],
-        "tags": [tag_sets.setdefault(e[0].tags, len(tag_sets)) for e in entries],
+        "tags": all_tag_codes.tolist(),
         "type": [e[1].value for e in entries],
         "count": [e[2] for e in entries],
         "min": [e[3] for e in entries],
         "max": [e[4] for e in entries],
         "offset": [e[5] for e in entries],
     }
-    manifest = {**meta, "format": _FORMAT, "tag_sets": [dict(t) for t in tag_sets], "series": series}
+    manifest = {**meta, "format": _FORMAT, "tag_sets": [dict(t) for t in all_tags], "series": series}
     body = json.dumps(manifest, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     _write_durably(staging / _MANIFEST, lambda f: f.write(body))
     _fsync_dir(staging)
