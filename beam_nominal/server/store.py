@@ -271,8 +271,9 @@ def _value_array(vt: ValueType, batches: Sequence[SeriesBatch]) -> pa.Array:
     values = [b.values for b in batches]
     dtype = vt.numpy_dtype
     if dtype is not None:
-        column = np.concatenate(values) if values else np.empty(0, dtype)
-        return pa.array(column.astype(dtype, copy=False), type=_ARROW_TYPES[vt])
+        # Per-part dtype first: concatenating int64 with uint64 parts would go through float64.
+        column = np.concatenate([np.asarray(v, dtype=dtype) for v in values]) if values else np.empty(0, dtype)
+        return pa.array(column, type=_ARROW_TYPES[vt])
     if vt in (ValueType.STRING, ValueType.STRUCT):
         return pa.array(list(itertools.chain.from_iterable(values)), type=pa.string())
     rows: list[Any] = list(itertools.chain.from_iterable(values))
