@@ -8,8 +8,8 @@ shows the ceiling Beam itself allows. Sinks:
 * ``nominal-streaming``: a DoFn opening ``NominalDatasetStream().to_file(...)`` per bundle (its
   fastest local sink, an Avro file), the way users wrap it today;
 * ``WriteToNominal→avro``: our sink writing the same Avro format (like for like);
-* ``WriteToNominal→gRPC``: our sink sending to a LocalServer on loopback, which stores Parquet
-  in the same process (the server's decode and commits share the 2 cores).
+* ``WriteToNominal→gRPC``: our sink sending to ``beam-nominal serve`` (the local server, in its
+  own process as Nominal would be) on loopback, which stores Parquet durably before acknowledging.
 
 Shapes: ``series`` (10,000-point numpy series elements), ``points`` (single-point tuples) and
 ``table`` (pyarrow RecordBatches, a timestamp column and 50 channel columns). Rounds interleave the
@@ -28,6 +28,7 @@ import glob
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -106,11 +107,11 @@ class NominalStreamingDoFn(beam.DoFn):  # type: ignore[misc]
 
 SHAPES: dict[str, tuple[Callable[..., Iterator[Any]], Callable[[float], tuple[int, int]]]] = {
     # name -> (generator, scale -> (generator argument, points))
-    "series": (gen_series, lambda s: (max(1, int(300 * s)), max(1, int(300 * s)) * SERIES_LEN)),
-    "points": (gen_points, lambda s: (max(1, int(600_000 * s)), max(1, int(600_000 * s)))),
+    "series": (gen_series, lambda s: (max(1, int(600 * s)), max(1, int(600 * s)) * SERIES_LEN)),
+    "points": (gen_points, lambda s: (max(1, int(1_200_000 * s)), max(1, int(1_200_000 * s)))),
     "table": (
         gen_tables,
-        lambda s: (max(1, int(30 * s)), max(1, int(30 * s)) * TABLE_ROWS * TABLE_CHANNELS),
+        lambda s: (max(1, int(60 * s)), max(1, int(60 * s)) * TABLE_ROWS * TABLE_CHANNELS),
     ),
 }
 SINKS = ("discard", "nominal-streaming", "WriteToNominal→avro", "WriteToNominal→gRPC")
@@ -124,6 +125,34 @@ def _count_avro(pattern: str) -> int:
         with open(path, "rb") as f:
             total += sum(len(rec["timestamps"]) for rec in fastavro.reader(f))  # type: ignore[index,arg-type]
     return total
+
+
+class _ServerProcess:
+    """``beam-nominal serve`` in its own process, as Nominal would be: not sharing our GIL."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.proc: subprocess.Popen[str] | None = None
+        self.target = ""
+
+    def __enter__(self) -> _ServerProcess:
+        from beam_nominal.server import LocalStore
+
+        cmd = [sys.executable, "-m", "beam_nominal.cli", "serve", "--data-dir", str(self.data_dir), "--port", "0"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()  # "listening on grpc://HOST:PORT", once serving
+        if not line.startswith("listening on "):
+            self.proc.kill()
+            raise RuntimeError(f"beam-nominal serve did not start: {line!r}")
+        self.target = line.removeprefix("listening on ")
+        self.store = LocalStore(self.data_dir)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        assert self.proc is not None
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
 
 
 def run_once(shape: str, sink: str, arg: int, work: Path, server: Any, tag: str) -> tuple[float, Callable[[], int]]:
@@ -160,11 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.getLogger().setLevel(logging.ERROR)
     shapes = args.only or list(SHAPES)
-    from beam_nominal.server import LocalServer
-
     times: dict[tuple[str, str], list[float]] = {}
     verified: dict[tuple[str, str], str] = {}
-    with tempfile.TemporaryDirectory() as tmp, LocalServer(Path(tmp) / "server") as server:
+    with tempfile.TemporaryDirectory() as tmp, _ServerProcess(Path(tmp) / "server") as server:
         work = Path(tmp) / "work"
         work.mkdir()
         for rnd in range(args.rounds):

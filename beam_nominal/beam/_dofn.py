@@ -155,7 +155,7 @@ class _StreamDoFn(beam.DoFn):
         self._stream: Any = None
         self._writer: ElementWriter | None = None
         self._write: Any = None
-        self._untagged: dict[str, list[Any]] = {}
+        self._untagged: dict[str, tuple[Any, list[Any], list[Any]]] = {}
         self._metrics: SinkMetrics | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -264,19 +264,19 @@ class WriteDoFn(_StreamDoFn):
                 buf = self._untagged.get(channel)
             except TypeError:
                 buf = None
-            if (
-                buf is not None
-                and type(value) is buf[0]
-                and type(ts) is int
-                and -9223372036854775808 < ts <= 9223372036854775807
-                and (buf[0] is not int or -9223372036854775808 <= value <= 9223372036854775807)
-            ):
-                tl = buf[1]
-                tl.append(ts)
-                buf[2].append(value)
-                if len(tl) >= self._writer._series_limit:  # type: ignore[union-attr]
-                    self._writer._flush_series((channel, ()))  # type: ignore[union-attr]
-                return ()
+            if buf is not None:
+                vt, tl, vl = buf
+                if (
+                    type(value) is vt
+                    and type(ts) is int
+                    and -9223372036854775808 < ts <= 9223372036854775807
+                    and (vt is not int or -9223372036854775808 <= value <= 9223372036854775807)
+                ):
+                    tl.append(ts)
+                    vl.append(value)
+                    if len(tl) >= self._writer._series_limit:  # type: ignore[union-attr]
+                        self._writer._flush_series((channel, ()))  # type: ignore[union-attr]
+                    return ()
         try:
             self._write(element)
         except (TypeError, ValueError, KeyError) as exc:

@@ -200,11 +200,11 @@ class ElementWriter:
         self.stream = stream
         self.timestamp_field = timestamp_field
         self.base_tags: tuple[tuple[str, str], ...] = tuple(sorted((tags or {}).items()))
-        # (channel, tags) -> [python type, timestamps list, values list]
-        self._local: dict[tuple[str, tuple[tuple[str, str], ...]], list[Any]] = {}
+        # (channel, tags) -> (python type, timestamps list, values list)
+        self._local: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Any, list[Any], list[Any]]] = {}
         self._series_limit = SERIES_FLUSH_POINTS
         # channel -> the same list as _local[(channel, ())], for the untagged fast path in write().
-        self._untagged: dict[str, list[Any]] = {}
+        self._untagged: dict[str, tuple[Any, list[Any], list[Any]]] = {}
         self._readers: dict[type, Callable[[Any], None]] = {}
         self._tag_cache: dict[tuple[tuple[str, str], ...], dict[str, str] | None] = {}
 
@@ -227,19 +227,19 @@ class ElementWriter:
                 buf = self._untagged.get(channel)
             except TypeError:  # an unhashable channel: the checked path reports it
                 buf = None
-            if (
-                buf is not None
-                and type(value) is buf[0]
-                and type(ts) is int
-                and -9223372036854775808 < ts <= 9223372036854775807
-                and (buf[0] is not int or -9223372036854775808 <= value <= 9223372036854775807)
-            ):
-                tl = buf[1]
-                tl.append(ts)
-                buf[2].append(value)
-                if len(tl) >= self._series_limit:
-                    self._flush_series((channel, ()))
-                return
+            if buf is not None:
+                vt, tl, vl = buf
+                if (
+                    type(value) is vt
+                    and type(ts) is int
+                    and -9223372036854775808 < ts <= 9223372036854775807
+                    and (vt is not int or -9223372036854775808 <= value <= 9223372036854775807)
+                ):
+                    tl.append(ts)
+                    vl.append(value)
+                    if len(tl) >= self._series_limit:
+                        self._flush_series((channel, ()))
+                    return
         reader = self._readers.get(type(element))
         if reader is None:
             reader = self._reader_for(element)
@@ -404,7 +404,7 @@ class ElementWriter:
         self.stream.enqueue(channel, ts, value, tags_arg)
         # An int beyond int64 is a uint64 value: it may not open a list that converts to int64.
         if vtype in _FAST_TYPES and (vtype is not int or _INT64_MIN <= value <= _INT64_MAX):
-            buf: list[Any] = [vtype, [], []]
+            buf: tuple[Any, list[Any], list[Any]] = (vtype, [], [])
             self._local[key] = buf
             if not key[1] and not self.base_tags:
                 self._untagged[channel] = buf
@@ -442,10 +442,12 @@ class ElementWriter:
         buf = self._local.get(key)
         if buf is None or not buf[1]:
             return
-        timestamps, values = buf[1], buf[2]
-        buf[1], buf[2] = [], []
+        vtype, timestamps, values = buf
         ts_arr = np.array(timestamps, dtype=np.int64)
-        col: Any = values if buf[0] is str else np.array(values)
+        col: Any = values[:] if vtype is str else np.array(values)
+        # The lists are shared with the fast paths (the DoFn holds them too): empty them in place.
+        timestamps.clear()
+        values.clear()
         self.stream.enqueue_batch(key[0], ts_arr, col, self._tags_arg(key[1]))
 
     def series(self, channel: Any, timestamps: Any, values: Any, tags: Any) -> None:
