@@ -108,6 +108,9 @@ def test_every_shape_round_trips_exactly_on_fn_api_runner(server: LocalServer) -
         ("t.none", BASE, None),  # no value
         ("", BASE, 1.0),  # empty channel
         42,  # not telemetry at all
+        ("t.int", 2**63, 1),  # timestamp beyond int64 nanoseconds
+        ("t.int", BASE + 7, 2**64),  # beyond uint64
+        {"channel": "t.float", "timestamp": "2024-01-01T00:00:00", "value": 1.0},  # naive
     ]
     extra = [
         Point("nt.point", BASE, 5.0),
@@ -134,6 +137,9 @@ def test_every_shape_round_trips_exactly_on_fn_api_runner(server: LocalServer) -
         assert "value of channel 't.none' is None" in reasons[repr(bad[4])]
         assert "channel must be a non-empty string" in reasons[repr(bad[5])]
         assert "unsupported element type int" in reasons[repr(bad[6])]
+        assert "outside the int64 nanosecond range" in reasons[repr(bad[7])]
+        assert "outside both int64 and uint64" in reasons[repr(bad[8])]
+        assert "timezone" in reasons[repr(bad[9])]
 
     with beam.Pipeline(runner=FnApiRunner()) as p:
         # Good elements first: the conflicting string must meet an already pinned double series.
