@@ -168,6 +168,99 @@ def _fixed_run(buf: bytes, pos: int, stop: int) -> tuple[int, int]:
     return k, width
 
 
+def _canonical_run(buf: bytes, pos: int, stop: int) -> tuple[int, I64, I64, int]:
+    """Decode a run of Timestamp entries in any varint encoding (e.g. canonical, from upb).
+
+    A run of Timestamps is nothing but varints: ``1a L [08 seconds] [10 nanos]`` repeated. The
+    varints are decoded a window at a time; read as (key, value) pairs, the run is the longest
+    prefix whose keys are 26, 8 or 16, and it is accepted only if every entry's length equals the
+    bytes of its pairs. Returns (entries, seconds, nanos, end position).
+
+    Raises:
+        _Fallback: anything else (duplicate fields, unknown fields inside an entry, a run that
+            does not end on an entry boundary); upb then decodes the batch.
+    """
+    secs: list[I64] = []
+    nanos: list[I64] = []
+    total = 0
+    while True:
+        window_end = min(stop, pos + _WINDOW)
+        k, sec, nano, pos, done = _canonical_window(buf, pos, window_end, window_end == stop)
+        total += k
+        secs.append(sec)
+        nanos.append(nano)
+        if done:
+            break
+        if k == 0:
+            raise _Fallback  # an entry longer than a window: not a plain Timestamp
+    if total == 0:
+        raise _Fallback
+    if len(secs) == 1:
+        return total, secs[0], nanos[0], pos
+    return total, np.concatenate(secs), np.concatenate(nanos), pos
+
+
+_WINDOW = 65_536
+
+
+def _canonical_window(buf: bytes, pos: int, stop: int, last: bool) -> tuple[int, I64, I64, int, bool]:
+    """One window of :func:`_canonical_run`: (entries, seconds, nanos, next position, run ended)."""
+    region = np.frombuffer(buf, dtype=np.uint8, count=stop - pos, offset=pos)
+    end_idx = np.flatnonzero(region < 0x80)
+    starts = np.empty_like(end_idx)
+    if starts.shape[0]:
+        starts[0] = 0
+        starts[1:] = end_idx[:-1] + 1
+    lens = end_idx - starts + 1
+    if lens.shape[0] and lens.max() > 10:
+        cut = int(np.argmax(lens > 10))
+        end_idx, starts, lens = end_idx[:cut], starts[:cut], lens[:cut]
+        last = True
+    npairs = end_idx.shape[0] // 2
+    if npairs == 0:
+        raise _Fallback
+    used = region[: int(end_idx[2 * npairs - 1]) + 1]
+    shift = np.arange(used.shape[0], dtype=np.int64) - np.repeat(starts[: 2 * npairs], lens[: 2 * npairs])
+    parts = (used & 0x7F).astype(np.uint64) << (shift.astype(np.uint64) * _U(7))
+    tokens = np.add.reduceat(parts, starts[: 2 * npairs])
+    keys, vals = tokens[0::2], tokens[1::2]
+    ok = (keys == 26) | (keys == 8) | (keys == 16)
+    q = npairs if ok.all() else int(np.argmin(ok))
+    done = last or q < npairs
+    keys, vals = keys[:q], vals[:q]
+    is26 = keys == 26
+    el = np.flatnonzero(is26)
+    if el.shape[0] == 0 or el[0] != 0:
+        raise _Fallback
+    if done:
+        run_end = int(starts[2 * q]) if 2 * q < starts.shape[0] else int(end_idx[2 * q - 1]) + 1
+    else:
+        # The window may cut the last entry: stop before it; the next window starts there.
+        run_end = int(starts[2 * el[-1]])
+        q = int(el[-1])
+        keys, vals, is26, el = keys[:q], vals[:q], is26[:q], el[:-1]
+        if el.shape[0] == 0:
+            return 0, np.empty(0, np.int64), np.empty(0, np.int64), pos, False
+    inner_start = end_idx[2 * el + 1] + 1
+    next_start = np.empty_like(inner_start)
+    next_start[:-1] = starts[2 * el[1:]]
+    next_start[-1] = run_end
+    if not (next_start - inner_start == vals[el].astype(np.int64)).all():
+        raise _Fallback
+    k = el.shape[0]
+    eid = np.cumsum(is26) - 1
+    sec = np.zeros(k, dtype=np.uint64)
+    nanos = np.zeros(k, dtype=np.uint64)
+    for key, out in ((8, sec), (16, nanos)):
+        sel = keys == key
+        owners = eid[sel]
+        if owners.shape[0] and np.bincount(owners, minlength=k).max() > 1:
+            raise _Fallback
+        out[owners] = vals[sel]
+    nanos32 = (nanos & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
+    return k, sec.view(np.int64), nanos32, pos + run_end, done
+
+
 def _decode_fixed_14(region: bytes, n: int) -> tuple[Any, I64, I64]:
     """Verify and decode ``n`` 14-byte entries: (row ok mask, seconds, nanos)."""
     lo = np.ndarray((n,), dtype="<u8", buffer=region, offset=0, strides=(14,)).astype(np.uint64)
@@ -315,7 +408,7 @@ def _map_entry(buf: bytes, start: int, stop: int, where: str) -> tuple[str, str]
 class _Batch:
     """One ColumnBatch while a request is decoded: what the walk found, then its columns."""
 
-    __slots__ = ("channel", "index", "runs", "span", "tags", "timestamps", "value_type", "values")
+    __slots__ = ("canonical", "channel", "index", "runs", "span", "tags", "timestamps", "value_type", "values")
 
     def __init__(self, index: int, span: tuple[int, int]) -> None:
         self.index = index
@@ -324,9 +417,22 @@ class _Batch:
         self.tags: dict[str, str] = {}
         # Fixed-width timestamp runs: (start, entries, width).
         self.runs: list[tuple[int, int, int]] = []
+        # (seconds, nanos) of runs in another encoding (width 0 in runs), already decoded.
+        self.canonical: list[tuple[I64, I64]] = []
         self.timestamps: Any = None
         self.value_type: ValueType | None = None
         self.values: Any = None
+
+
+# Keys of the length-delimited ColumnBatch fields 1..4 (channel, tags, timestamps, values).
+_LEN_KEYS = frozenset({0x0A, 0x12, 0x1A, 0x22})
+# Keys of the ColumnValues oneof members 1..6, all length-delimited.
+_MEMBER_KEYS = frozenset({0x0A, 0x12, 0x1A, 0x22, 0x2A, 0x32})
+# Encoded tag entries repeat across batches and requests: their decoded (key, value) is cached
+# (bounded; cleared when full; a racing clear from another thread only costs a re-decode).
+_TAG_CACHE: dict[bytes, Any] = {}
+_TAG_CACHE_SIZE = 100_000
+_MISSING = object()
 
 
 def _walk_batch(buf: bytes, b: _Batch) -> tuple[int, list[tuple[int, int]]] | None:
@@ -341,33 +447,70 @@ def _walk_batch(buf: bytes, b: _Batch) -> tuple[int, list[tuple[int, int]]] | No
     pos = start
     while pos < stop:
         field_pos = pos
-        field, wt, pos = _tag(buf, pos, stop, where)
-        if wt != 2 or field > 4:
-            pos = _skip(buf, pos, stop, field, wt, where)
-            continue
+        key = buf[pos]
+        # One-byte keys and lengths inline (all of ours); anything longer takes the helpers.
+        if key in _LEN_KEYS:
+            field = key >> 3
+            pos += 1
+        else:
+            field, wt, pos = _tag(buf, pos, stop, where)
+            if wt != 2 or field > 4:
+                pos = _skip(buf, pos, stop, field, wt, where)
+                continue
         if field == 3:
             k, width = _fixed_run(buf, field_pos, stop)
-            if k == 0:
-                raise _Fallback
-            b.runs.append((field_pos, k, width))
-            pos = field_pos + k * width
+            if k:
+                b.runs.append((field_pos, k, width))
+                pos = field_pos + k * width
+            elif stop - field_pos < _WINDOW // 4:
+                raise _Fallback  # a short run: upb costs less than setting up the vector path
+            else:
+                k, sec, nanos, pos = _canonical_run(buf, field_pos, stop)
+                b.runs.append((field_pos, k, 0))
+                b.canonical.append((sec, nanos))
             continue
-        s, pos = _length(buf, pos, stop, where)
+        if pos < stop and buf[pos] < 0x80:
+            s = pos + 1
+            pos = s + buf[pos]
+            if pos > stop:
+                raise DecodeError(f"{where}: field of {pos - s} bytes runs past the end of its message")
+        else:
+            s, pos = _length(buf, pos, stop, where)
         if field == 1:
             b.channel = _text(buf, s, pos, f"{where}.channel")
         elif field == 2:
-            entry = _map_entry(buf, s, pos, f"{where}.tags")
+            entry = _TAG_CACHE.get(buf[s:pos], _MISSING)
+            if entry is _MISSING:
+                entry = _map_entry(buf, s, pos, f"{where}.tags")
+                if len(_TAG_CACHE) >= _TAG_CACHE_SIZE:
+                    _TAG_CACHE.clear()
+                _TAG_CACHE[buf[s:pos]] = entry
             if entry is not None:
                 b.tags[entry[0]] = entry[1]
         else:
             value_spans.append((s, pos))
-    if len({w for _, _, w in b.runs}) > 1:
+    runs = b.runs
+    if len(runs) > 1 and any(w != runs[0][2] for _, _, w in runs):
         raise _Fallback  # runs of both widths in one batch: rare enough to leave to upb
-    member = _single_member(buf, value_spans, f"{where}.values")
+    member = None
+    if len(value_spans) == 1:
+        # The usual shape: ColumnValues holding exactly one member, spanning all of it.
+        s, e = value_spans[0]
+        if s < e and buf[s] in _MEMBER_KEYS:
+            n, p = _varint(buf, s + 1, e, where)
+            if p + n == e:
+                member = (buf[s] >> 3, p, e)
     if member is None:
-        return None
+        member = _single_member(buf, value_spans, f"{where}.values")
+        if member is None:
+            return None
     field, s, e = member
     if field in (1, 3, 4):
+        # Likewise a points message that is exactly one packed field 1.
+        if s < e and buf[s] == 0x0A:
+            n, p = _varint(buf, s + 1, e, where)
+            if p + n == e:
+                return field, [(p, e)]
         return field, _packed_field(buf, s, e, f"{where}.values")
     return field, [(s, e)]
 
@@ -419,10 +562,12 @@ def _all_timestamps(buf: bytes, fast: list[_Batch], malformed: dict[int, Malform
             bad = set(np.repeat(np.arange(len(owners)), counts)[~ok].tolist())
             slow += [owners[i][0] for i in sorted(bad)]
         ns = sec * _NS + nanos
+        # Overflow is checked per batch only when the whole column comes near the int64 limits.
+        check = _out_of_range(sec, nanos) is not None
         for (b, _, _), piece, sp, npc in zip(
             owners, _split(ns, counts), _split(sec, counts), _split(nanos, counts), strict=True
         ):
-            j = _out_of_range(sp, npc)
+            j = _out_of_range(sp, npc) if check else None
             if j is not None and b.index not in malformed:
                 malformed[b.index] = MalformedBatchError(
                     b.index, b.channel,
@@ -430,7 +575,15 @@ def _all_timestamps(buf: bytes, fast: list[_Batch], malformed: dict[int, Malform
                 )
             b.timestamps = piece if b.timestamps is None else np.concatenate([b.timestamps, piece])
     for b in fast:
-        if b.timestamps is None:
+        if b.canonical:
+            sec = b.canonical[0][0] if len(b.canonical) == 1 else np.concatenate([c[0] for c in b.canonical])
+            nanos = b.canonical[0][1] if len(b.canonical) == 1 else np.concatenate([c[1] for c in b.canonical])
+            try:
+                b.timestamps = _combine(sec, nanos, b.index, b.channel)
+            except MalformedBatchError as exc:
+                malformed.setdefault(b.index, exc)
+                b.timestamps = np.empty(0, dtype=np.int64)
+        elif b.timestamps is None:
             b.timestamps = np.empty(0, dtype=np.int64)
     return slow
 
