@@ -105,26 +105,38 @@ _SMALL = [bytes([i]) if i < 0x80 else bytes([(i & 0x7F) | 0x80, i >> 7]) for i i
 def decode_varints(buf: U8, what: str) -> U64:
     """Decode a region that holds only varints (a packed int64/uint64 field) into uint64 values.
 
+    Each value's bytes are gathered by position (value start + k for its k-th byte), in blocks,
+    so the work is a few passes per byte of the widest value, not per byte of the region.
+
     Raises:
         DecodeError: the region ends inside a varint, or a varint is longer than 10 bytes.
     """
     n = buf.shape[0]
     if n == 0:
         return np.empty(0, dtype=np.uint64)
-    ends = buf < 0x80
-    if not ends[-1]:
+    if buf[-1] >= 0x80:
         raise DecodeError(f"{what}: truncated varint at the end of the packed field")
-    end_idx = np.flatnonzero(ends)
-    starts = np.empty_like(end_idx)
-    starts[0] = 0
-    starts[1:] = end_idx[:-1] + 1
-    lens = end_idx - starts + 1
-    if lens.max() > 10:
-        raise DecodeError(f"{what}: varint longer than 10 bytes")
-    if lens.max() == 1:
+    end_idx = np.flatnonzero(buf < 0x80)
+    count = end_idx.shape[0]
+    if count == n:
         return buf.astype(np.uint64)
-    # Position of each byte inside its varint; 7 * pos is that byte's shift.
-    pos = np.arange(n, dtype=np.int64) - np.repeat(starts, lens)
-    parts = (buf & 0x7F).astype(np.uint64) << (pos.astype(np.uint64) * _SEVEN)
-    # Groups never overlap, so a sum is an OR; bits past 64 wrap away as protobuf specifies.
-    return np.add.reduceat(parts, starts)
+    out = np.empty(count, dtype=np.uint64)
+    for first in range(0, count, _BLOCK):
+        last = min(first + _BLOCK, count)
+        ends = end_idx[first:last]
+        starts = np.empty_like(ends)
+        starts[0] = end_idx[first - 1] + 1 if first else 0
+        starts[1:] = ends[:-1] + 1
+        lens = ends - starts + 1
+        width = int(lens.max())
+        if width > 10:
+            raise DecodeError(f"{what}: varint longer than 10 bytes")
+        acc = out[first:last]
+        acc[:] = buf[starts] & 0x7F
+        for k in range(1, width):
+            # Bytes past a value's end belong to the next value: mask them out.
+            idx = np.minimum(starts + k, ends)
+            part = (buf[idx] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+            part[lens <= k] = 0
+            acc |= part
+    return out
