@@ -230,6 +230,10 @@ class _Dataset:
         self.apply(name, int(m.group(1)), manifest.get("idempotency_key"), entries)
 
     def apply(self, name: str, seq: int, key: str | None, entries: Sequence[_Entry]) -> None:
+        """Index one commit (caller holds ``cond``); a commit already indexed is left alone."""
+        if name in self.commits:
+            # A refresh can index a commit between its rename and its writer's own apply.
+            return
         self.commits.add(name)
         self.next_seq = max(self.next_seq, seq + 1)
         if key is not None:
@@ -684,7 +688,7 @@ class _Committer:
                 "written_ns": time.time_ns(),
             }
             entries = _write_staging(staging, batches, meta)
-            # The big files are written without the lock; numbering and publishing take it so
+            # The big files are written without the lock; numbering and renaming take it so
             # commit order (= arrival order for readers) follows the sequence numbers.
             with ds.cond:
                 seq = ds.next_seq
@@ -692,8 +696,16 @@ class _Committer:
                 tag = hashlib.sha256(key.encode("utf-8")).hexdigest()[:32] if key is not None else uuid.uuid4().hex
                 name = f"{seq:012d}-{tag}"
                 os.rename(staging, commits / name)
-                _fsync_dir(commits)
-                ds.apply(name, seq, key, entries)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        try:
+            # Outside the lock: concurrent commits fsync together (the filesystem batches them
+            # into one journal commit) instead of queueing behind each other. The reply waits
+            # for it, so nothing is acknowledged before its rename is durable.
+            _fsync_dir(commits)
+        finally:
+            # Renamed means visible to readers; index it even if the fsync failed so a retry of
+            # the same key is not stored twice.
+            with ds.cond:
+                ds.apply(name, seq, key, entries)
