@@ -266,6 +266,8 @@ def _key_bytes(batch: SeriesBatch) -> bytes:
         return _KEY_CACHE[key]
     except KeyError:
         pass
+    except TypeError:  # an unhashable stand-in for SeriesKey: encode, do not cache
+        return _encode_key(key)
     encoded = _encode_key(key)
     if len(_KEY_CACHE) >= _KEY_CACHE_SIZE:
         _KEY_CACHE.clear()
@@ -533,7 +535,12 @@ def encode_request(dataset_rid: str, batches: Sequence[SeriesBatch], source_name
     if dataset_rid:
         parts.append(_string_field(_T1, dataset_rid))
     for i, b in enumerate(batches):
-        head = _key_bytes(b)
+        try:
+            head = _key_bytes(b)
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"{_where(i, b)}: channel or tag is not valid Unicode: {exc.reason}") from None
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise TypeError(f"{_where(i, b)}: key must be a SeriesKey of str channel and tags: {exc}") from None
         plen = plens[i]
         ts_part = ts_parts[i]
         framing = _values_body(vts[i], plen, counts[i])
