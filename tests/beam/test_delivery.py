@@ -171,3 +171,23 @@ def test_no_target_on_a_remote_runner_is_a_clear_error() -> None:
 def test_a_target_needs_a_dataset() -> None:
     with pytest.raises(ValueError, match="dataset_rid"):
         WriteToNominal("grpc://127.0.0.1:1")
+
+
+def test_avro_file_target_one_file_per_writer(tmp_path: Path) -> None:
+    import fastavro
+
+    elements = [("f.x", BASE + i, float(i)) for i in range(50)] + [("f.s", BASE, "text")]
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        _ = p | beam.Create(elements) | WriteToNominal(str(tmp_path / "out.avro"), dataset_rid="ri.test.avro")
+    files = sorted(tmp_path.glob("out-*.avro"))
+    assert files, list(tmp_path.iterdir())
+    records = []
+    for path in files:
+        with open(path, "rb") as f:
+            reader = fastavro.reader(f)
+            assert reader.metadata["nominal.dataset_rid"] == "ri.test.avro"
+            records.extend(reader)
+    points = sorted(
+        (r["channel"], t, v) for r in records for t, v in zip(r["timestamps"], r["values"], strict=True)
+    )
+    assert points == sorted([("f.s", BASE, "text"), *((c, t, v) for c, t, v in elements if c == "f.x")])
