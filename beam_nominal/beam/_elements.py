@@ -33,10 +33,11 @@ _INT64_MAX = 2**63 - 1
 
 #: Points one series collects before they are handed to the stream in one call.
 SERIES_FLUSH_POINTS = 4096
-#: Points all local lists together hold, about: each list's limit shrinks as series are added.
+#: Points all local lists together hold at most: each list's limit shrinks as series are added.
 TOTAL_FLUSH_POINTS = 262144
-#: A list's limit never goes below this, so many series still hand over reasonable batches.
-MIN_SERIES_FLUSH_POINTS = 64
+#: Series with a local list at most; points of further series go to the stream one call each.
+#: With the per-list limit below, local lists hold at most TOTAL_FLUSH_POINTS points together.
+MAX_LOCAL_SERIES = 1024
 
 # Python types whose values may skip the per-value check once the series' type is pinned: a list
 # of them converts to one numpy column of the pinned type.
@@ -403,15 +404,22 @@ class ElementWriter:
             return
         self.stream.enqueue(channel, ts, value, tags_arg)
         # An int beyond int64 is a uint64 value: it may not open a list that converts to int64.
-        if vtype in _FAST_TYPES and (vtype is not int or _INT64_MIN <= value <= _INT64_MAX):
+        if (
+            vtype in _FAST_TYPES
+            and (vtype is not int or _INT64_MIN <= value <= _INT64_MAX)
+            and len(self._local) < MAX_LOCAL_SERIES
+        ):
             buf: tuple[Any, list[Any], list[Any]] = (vtype, [], [])
             self._local[key] = buf
             if not key[1] and not self.base_tags:
                 self._untagged[channel] = buf
-            # Keep the total bounded: with more series, each list hands over sooner.
-            self._series_limit = max(
-                MIN_SERIES_FLUSH_POINTS, min(SERIES_FLUSH_POINTS, TOTAL_FLUSH_POINTS // len(self._local))
-            )
+            # Keep the total bounded: with more series, each list hands over sooner. The limit
+            # halves as the series count passes a power of two, and every list is handed over
+            # then, so the lists never hold more than TOTAL_FLUSH_POINTS together.
+            limit = min(SERIES_FLUSH_POINTS, TOTAL_FLUSH_POINTS >> (len(self._local) - 1).bit_length())
+            if limit < self._series_limit:
+                self._series_limit = limit
+                self.drain()
 
     def _array_point(self, channel: str, ts: int, value: Any, tags_arg: dict[str, str] | None) -> None:
         arr = value if isinstance(value, np.ndarray) else None
