@@ -127,8 +127,10 @@ def _arrow_batches(
         reader = pcsv.open_csv(
             f,
             read_options=pcsv.ReadOptions(block_size=8 << 20),
+            # An empty cell is a gap (null), in text columns too.
             convert_options=pcsv.ConvertOptions(
-                column_types={timestamp_column: pa.string(), **{c: pa.string() for c in text_columns}}
+                column_types={timestamp_column: pa.string(), **{c: pa.string() for c in text_columns}},
+                strings_can_be_null=True,
             ),
         )
         yield from reader

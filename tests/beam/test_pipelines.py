@@ -45,7 +45,7 @@ def test_csv_long_layout_with_iso_timestamps_and_a_tag(server: LocalServer, tmp_
     assert server.store.series_info(rid, "rpm", {"run": "7"}).value_type.value == "int64"
 
 
-def test_parquet_wide_layout_with_gaps_and_millisecond_timestamps(server: LocalServer, tmp_path: Path) -> None:
+def test_parquet_and_csv_wide_layout_with_gaps_and_millisecond_timestamps(server: LocalServer, tmp_path: Path) -> None:
     table = pa.table(
         {
             "t_ms": pa.array([1_704_067_200_000, 1_704_067_200_001, 1_704_067_200_002], pa.int64()),
@@ -54,12 +54,14 @@ def test_parquet_wide_layout_with_gaps_and_millisecond_timestamps(server: LocalS
         }
     )
     pq.write_table(table, tmp_path / "wide.parquet")
+    (tmp_path / "wide.csv").write_text("t_ms,alt,phase\n1704067200003,103.25,cruise\n1704067200004,,\n")
     rid = "ri.test.parquet"
-    args = ["--input", str(tmp_path / "*.parquet"), "--layout", "wide", "--timestamp-column", "t_ms"]
+    args = ["--input", str(tmp_path / "*.parquet"), "--input", str(tmp_path / "*.csv")]
+    args += ["--layout", "wide", "--timestamp-column", "t_ms"]
     args += ["--timestamp-unit", "ms", "--target", server.target, "--dataset-rid", rid]
     assert files_to_nominal.main(args) == 0
-    assert _points(server, rid, "alt") == [(T0, 100.0), (T0 + 2 * 10**6, 102.5)]
-    assert _points(server, rid, "phase") == [(T0, "taxi"), (T0 + 10**6, "takeoff")]
+    assert _points(server, rid, "alt") == [(T0, 100.0), (T0 + 2 * 10**6, 102.5), (T0 + 3 * 10**6, 103.25)]
+    assert _points(server, rid, "phase") == [(T0, "taxi"), (T0 + 10**6, "takeoff"), (T0 + 3 * 10**6, "cruise")]
 
 
 def test_jsonl_long_layout_with_tags_column_and_avro_stream_files(server: LocalServer, tmp_path: Path) -> None:
