@@ -96,7 +96,11 @@ def _length(buf: bytes, pos: int, end: int, where: str) -> tuple[int, int]:
     return pos, stop
 
 
-def _skip(buf: bytes, pos: int, end: int, field: int, wire_type: int, where: str) -> int:
+# upb's default nesting limit; deeper unknown groups are refused rather than recursed into.
+_MAX_DEPTH = 100
+
+
+def _skip(buf: bytes, pos: int, end: int, field: int, wire_type: int, where: str, depth: int = 0) -> int:
     """Skip one field's value (the tag already read) and return the next position."""
     if wire_type == 0:
         return _varint(buf, pos, end, where)[1]
@@ -107,13 +111,15 @@ def _skip(buf: bytes, pos: int, end: int, field: int, wire_type: int, where: str
     elif wire_type == 2:
         return _length(buf, pos, end, where)[1]
     elif wire_type == 3:
+        if depth >= _MAX_DEPTH:
+            raise DecodeError(f"{where}: groups nested deeper than {_MAX_DEPTH}")
         while True:
             inner, wt, pos = _tag(buf, pos, end, where)
             if wt == 4:
                 if inner != field:
                     raise DecodeError(f"{where}: group {field} closed by end-group {inner}")
                 return pos
-            pos = _skip(buf, pos, end, inner, wt, where)
+            pos = _skip(buf, pos, end, inner, wt, where, depth + 1)
     else:
         raise DecodeError(f"{where}: invalid wire type {wire_type} for field {field}")
     if pos > end:

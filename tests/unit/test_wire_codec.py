@@ -448,6 +448,17 @@ def test_every_truncation_agrees_with_upb() -> None:
     assert raised > len(data) // 2  # most cuts land inside a field
 
 
+def test_unknown_groups_are_skipped_and_deep_nesting_refused() -> None:
+    group = b"\x7b" + b"\x08\x01" + b"\x7c"  # field 15 start-group, a varint, end-group
+    data = group + encode_request("r", EDGE_BATCHES[:1])
+    assert_request_equal(EDGE_BATCHES[:1], decode_request(data), "r", None)
+    deep = b"\x7b" * 5000 + b"\x7c" * 5000
+    with pytest.raises(DecodeError):
+        decode_request(deep)
+    with pytest.raises(DecodeError):
+        cw.WriteColumnBatchesRequest.FromString(deep)
+
+
 @settings(max_examples=EXAMPLES * 3, deadline=None)
 @given(st.binary(max_size=64))
 def test_garbage_agrees_with_upb(data: bytes) -> None:
