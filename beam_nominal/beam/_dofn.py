@@ -221,7 +221,7 @@ class _StreamDoFn(beam.DoFn):
             # same idempotency keys, so a key-recording server stores them once.
             raise DeliveryError(
                 f"WriteToNominal: bundle not delivered to {self._config.target!r} "
-                f"(dataset {self._config.dataset_rid!r}); the runner will retry it: {exc}"
+                f"(dataset {self._config.dataset_rid!r}); failing the bundle so the runner can retry it: {exc}"
             ) from exc
         except BaseException:
             _abandon(stream)
