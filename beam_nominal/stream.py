@@ -140,6 +140,11 @@ class _Core:
         self.close_lock = threading.Lock()
         self.buffer = Buffer()
         self.state = StreamState.OPEN
+        #: ``state is OPEN``, as a plain bool for the hot path.
+        self.accepting = True
+        #: Buffered plus in-flight bytes reached the budget at the last settle or outcome: the
+        #: next write goes through wait_room() before buffering anything.
+        self.full = False
         self.max_bytes = batch.max_request_bytes
         self.max_points = batch.max_request_points
         self.budget = upload.max_buffered_bytes
@@ -147,7 +152,8 @@ class _Core:
         #: seq -> (request, estimated bytes) for every request cut and not yet ended.
         self.in_flight: dict[int, tuple[Request, int]] = {}
         self.in_flight_bytes = 0
-        self.first_buffered_at = 0.0
+        #: Clock time at which the buffer last went from empty to holding points (for linger).
+        self.first_buffered_at: float | None = None
         # Counters, updated only when a request ends.
         self.points_acked = 0
         self.requests_acked = 0
@@ -170,27 +176,34 @@ class _Core:
     # -- state under the lock --------------------------------------------------------------------
 
     def check_open(self) -> None:
-        if self.state is not StreamState.OPEN:
+        if not self.accepting:
             raise StreamClosedError(f"stream for {self.dataset_rid} is {self.state.value}: no more writes")
 
     def wait_room(self) -> None:
-        """Backpressure, lock held: wait until buffered + in-flight bytes are under budget."""
-        if self.buffer.nbytes + self.in_flight_bytes < self.budget:
-            return
-        if not self.upload.block_on_full:
-            raise BackpressureError(
-                f"{self.buffer.nbytes + self.in_flight_bytes} bytes buffered or in flight, budget "
-                f"{self.budget} (UploadSettings.max_buffered_bytes); block_on_full is off"
-            )
-        if self.buffer.nbytes >= self.max_bytes or self.buffer.points >= self.max_points:
-            # Waiting for in-flight requests is only useful if what is buffered can be cut.
+        """Backpressure, lock held, before anything of the call is buffered: return once buffered
+        plus in-flight bytes are under budget, or raise BackpressureError if not blocking."""
+        buf = self.buffer
+        buf.settle()
+        if buf.nbytes >= self.max_bytes or buf.points >= self.max_points:
+            # Send what can be cut first: in-flight requests are what frees room.
             self.cut_and_register(final=False)
-        while self.buffer.nbytes + self.in_flight_bytes >= self.budget:
+            pending = self.take_submits()
+            self.lock.release()
+            try:
+                self.submit(pending)
+            finally:
+                self.lock.acquire()
+        while buf.nbytes + self.in_flight_bytes >= self.budget:
+            if not self.upload.block_on_full:
+                raise BackpressureError(
+                    f"{buf.nbytes + self.in_flight_bytes} bytes buffered or in flight, budget "
+                    f"{self.budget} (UploadSettings.max_buffered_bytes); block_on_full is off"
+                )
             if not self.in_flight:
-                # Nothing will free room (only possible if the budget is tiny against one call).
-                return
+                break  # nothing will free room: only a single call larger than the budget gets here
             self.cond.wait()
             self.check_open()
+        self.full = False
 
     def cut_and_register(self, final: bool) -> list[Request]:
         cuts = cut_requests(
@@ -209,7 +222,22 @@ class _Core:
             out.append(c.request)
         self.seq += len(cuts)
         self._pending_submit.extend(out)
+        if not self.buffer.points:
+            self.first_buffered_at = None
         return out
+
+    def settled(self) -> list[Request]:
+        """Lock held: settle the buffer's accounting, apply backpressure, cut full requests.
+
+        Returns:
+            Requests to submit once the lock is released.
+        """
+        buf = self.buffer
+        buf.settle()
+        if buf.nbytes >= self.max_bytes or buf.points >= self.max_points:
+            self.cut_and_register(final=False)
+        self.full = buf.nbytes + self.in_flight_bytes >= self.budget
+        return self.take_submits()
 
     def take_submits(self) -> list[Request]:
         out = self._pending_submit
@@ -238,6 +266,7 @@ class _Core:
                 self.fallback_requests += 1
             else:
                 self._write_off(request, outcome.reason)
+            self.full = self.buffer.nbytes + self.in_flight_bytes >= self.budget
             self.cond.notify_all()
 
     def _write_off(self, request: Request, reason: str) -> None:
@@ -328,6 +357,7 @@ class _Core:
                 if self.final_report is not None:
                     return self.final_report
                 self.state = StreamState.CLOSING
+                self.accepting = False
                 self.linger_stop.set()
                 self.cut_and_register(final=True)
                 reqs = self.take_submits()
@@ -375,9 +405,8 @@ class _Core:
         if linger is None:
             return
         with self.lock:
-            if self.state is not StreamState.OPEN or not self.buffer.points:
-                return
-            if self.clock() - self.first_buffered_at < linger:
+            first = self.first_buffered_at
+            if not self.accepting or first is None or self.clock() - first < linger:
                 return
             self.cut_and_register(final=True)
             reqs = self.take_submits()
@@ -405,7 +434,8 @@ def _sigint_handler(ref: weakref.ref[_Core]) -> Callable[[int, FrameType | None]
         core = ref()
         if core is not None:
             if core.state is StreamState.OPEN:
-                core.state = StreamState.CLOSING  # one attribute store: no lock needed to stop writes
+                core.accepting = False  # plain attribute stores: no lock needed to stop writes
+                core.state = StreamState.CLOSING
             core.restore_signal()
             # Drain here unless this thread was interrupted while holding the lock (the lock is
             # not re-entrant): then leaving `with`, close() or the finaliser drains instead.
@@ -484,9 +514,7 @@ class NominalStream:
         for name, value in settings.items():
             owner = _SETTING_OWNERS.get(name)
             if owner is None:
-                raise TypeError(
-                    f"NominalStream got an unknown setting {name!r}; known: {sorted(_SETTING_OWNERS)}"
-                )
+                raise TypeError(f"NominalStream got an unknown setting {name!r}; known: {sorted(_SETTING_OWNERS)}")
             groups.setdefault(owner, {})[name] = value
         batch = _merge(batch, BatchSettings, groups)
         upload = _merge(upload, UploadSettings, groups)
@@ -538,9 +566,7 @@ class NominalStream:
 
     # -- writes ----------------------------------------------------------------------------------
 
-    def enqueue(
-        self, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None
-    ) -> None:
+    def enqueue(self, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None) -> None:
         """Write one point.
 
         Args:
@@ -554,60 +580,88 @@ class NominalStream:
             StreamClosedError: the stream is not open.
             BackpressureError: the buffer is full and ``block_on_full`` is off.
         """
-        ts = (
-            timestamp
-            if type(timestamp) is int and _TS_MIN < timestamp <= _TS_MAX
-            else timestamp_ns(timestamp)
-        )
+        # The hottest path of the package: for a known series, one dict lookup and two list
+        # appends; the accounting is deferred to Buffer.settle() every SETTLE_EVERY points.
+        if type(timestamp) is not int or not _TS_MIN < timestamp <= _TS_MAX:
+            timestamp = timestamp_ns(timestamp)
         c = self._core
-        reqs = None
+        buf = c.buffer
         with c.lock:
-            if c.state is not StreamState.OPEN:
+            if not c.accepting:
                 c.check_open()
-            buf = c.buffer
-            if buf.nbytes + c.in_flight_bytes >= c.budget:
+            if c.full:
                 c.wait_room()
             s = buf.untagged.get(channel) if not tags else buf.lookup(channel, tags)
-            conv = s.conv if s is not None else None
-            if conv is None:
+            if s is None or (s.block is not None and s.block.ts):
                 s, value = self._new_point(channel, tags, value)
-            else:
-                try:
-                    value = conv(value)
-                except _Mismatch:
-                    raise s.conflict(f"{_describe(value)}") from None  # type: ignore[union-attr]
-            assert s is not None
-            if not buf.points:
-                c.first_buffered_at = c.clock()
-            buf.add(s, ts, value, TS_BYTES + (s.value_bytes or len(value) + 3))
-            if buf.nbytes >= c.max_bytes or buf.points >= c.max_points:
-                c.cut_and_register(final=False)
-                reqs = c.take_submits()
-        if reqs:
-            c.submit(reqs)
+            elif type(value) is not s.fast_type:
+                conv = s.conv
+                if conv is None:
+                    s, value = self._new_point(channel, tags, value)
+                else:
+                    try:
+                        value = conv(value)
+                    except _Mismatch:
+                        raise s.conflict(_describe(value)) from None
+            tail = s.ts_tail
+            if not tail:
+                buf.tailed.append(s)
+                if c.first_buffered_at is None:
+                    c.first_buffered_at = c.clock()
+            tail.append(timestamp)
+            s.val_tail.append(value)
+            buf.tick -= 1
+            if buf.tick > 0:
+                return
+            reqs = c.settled()
+        c.submit(reqs)
 
-    def _new_point(
-        self, channel: str, tags: Mapping[str, str] | None, value: Any
-    ) -> tuple[SeriesBuffer, Any]:
-        """Slow path of enqueue (lock held): a new series, or a type without a scalar converter."""
+    def _append_one(self, channel: str, tags: Mapping[str, str] | None, vt: ValueType, ts: int, value: Any) -> None:
+        """Append one converted array or struct value to its series' tail (the enqueue path)."""
+        c = self._core
+        buf = c.buffer
+        with c.lock:
+            if not c.accepting:
+                c.check_open()
+            if c.full:
+                c.wait_room()
+            s = buf.untagged.get(channel) if not tags else buf.lookup(channel, tags)
+            if s is None or s.vtype is not vt:
+                s = buf.pin(channel, tags, vt)  # raises on a conflict; arrays never sit in wide blocks
+            tail = s.ts_tail
+            if not tail:
+                buf.tailed.append(s)
+                if c.first_buffered_at is None:
+                    c.first_buffered_at = c.clock()
+            tail.append(ts)
+            s.val_tail.append(value)
+            buf.tick -= 1
+            if buf.tick > 0:
+                return
+            reqs = c.settled()
+        c.submit(reqs)
+
+    def _new_point(self, channel: str, tags: Mapping[str, str] | None, value: Any) -> tuple[SeriesBuffer, Any]:
+        """Slow path of enqueue (lock held): a new series, a series with wide rows pending, or a
+        value needing more than the fast conversion."""
         buf = self._core.buffer
         existing = buf.lookup(channel, tags)
         if existing is None:
-            key = SeriesKey.of(channel, tags)
-            existing = buf.series.get(key)
+            existing = buf.series.get(SeriesKey.of(channel, tags))
         if existing is not None and existing.conv is not None:
             try:
-                return existing, existing.conv(value)
+                converted = existing.conv(value)
             except _Mismatch:
                 raise existing.conflict(_describe(value)) from None
+            if existing.block is not None and existing.block.ts:
+                buf.materialise(existing.block)
+            return existing, converted
         vt, converted = _buf.convert_scalar(channel, value)
         if existing is not None and existing.vtype is not vt:
             raise existing.conflict(_describe(value))
         return buf.pin(channel, tags, vt), converted
 
-    def enqueue_batch(
-        self, channel: str, timestamps: Any, values: Any, tags: Mapping[str, str] | None = None
-    ) -> None:
+    def enqueue_batch(self, channel: str, timestamps: Any, values: Any, tags: Mapping[str, str] | None = None) -> None:
         """Write many points of one series.
 
         Args:
@@ -623,11 +677,10 @@ class NominalStream:
             SeriesTypeError / TypeError: a value type conflict or an unsupported value.
         """
         ts = np.array(timestamps_ns(timestamps), dtype=np.int64, copy=True)
-        c = self._core
-        with c.lock:
-            c.check_open()
-            pinned = self._pinned(channel, tags)
-        vt, vals, vbytes = _column(channel, values, pinned)
+        if not self._core.accepting:
+            self._core.check_open()
+        # The pin is read without the lock (a dict lookup is atomic) and re-checked under it.
+        vt, vals, vbytes = _column(channel, values, self._pinned(channel, tags))
         if len(vals) != len(ts):
             raise ValueError(f"channel {channel!r}: {len(ts)} timestamps but {len(vals)} values")
         if not len(ts):
@@ -643,15 +696,19 @@ class NominalStream:
         self, channel: str, tags: Mapping[str, str] | None, vt: ValueType, ts: Any, vals: Any, nbytes: int
     ) -> None:
         c = self._core
+        buf = c.buffer
         with c.lock:
-            c.check_open()
-            c.wait_room()
-            s = c.buffer.pin(channel, tags, vt)
-            if not c.buffer.points:
+            if not c.accepting:
+                c.check_open()
+            s = buf.pin(channel, tags, vt)
+            if c.full or buf.nbytes + c.in_flight_bytes >= c.budget:
+                c.wait_room()
+            if c.first_buffered_at is None:
                 c.first_buffered_at = c.clock()
-            c.buffer.add_chunk(s, ts, vals, nbytes)
-            c.cut_and_register(final=False)
-            reqs = c.take_submits()
+            buf.add_chunk(s, ts, vals, nbytes)
+            if buf.nbytes + c.in_flight_bytes < c.budget and buf.nbytes < c.max_bytes and buf.points < c.max_points:
+                return
+            reqs = c.settled()
         c.submit(reqs)
 
     def enqueue_from_dict(
@@ -665,53 +722,45 @@ class NominalStream:
             SeriesTypeError / TypeError: a value conflicts or is not a scalar; nothing from the
                 record is buffered.
         """
-        ts = (
-            timestamp
-            if type(timestamp) is int and _TS_MIN < timestamp <= _TS_MAX
-            else timestamp_ns(timestamp)
-        )
+        if type(timestamp) is not int or not _TS_MIN < timestamp <= _TS_MAX:
+            timestamp = timestamp_ns(timestamp)
         c = self._core
-        reqs = None
+        buf = c.buffer
         with c.lock:
-            if c.state is not StreamState.OPEN:
+            if not c.accepting:
                 c.check_open()
-            buf = c.buffer
-            if buf.nbytes + c.in_flight_bytes >= c.budget:
+            if c.full or buf.nbytes + c.in_flight_bytes >= c.budget:
                 c.wait_room()
-            if not buf.points:
+            buf.add_row(timestamp, channel_values, tags)
+            if c.first_buffered_at is None:
                 c.first_buffered_at = c.clock()
-            buf.add_row(ts, channel_values, tags)
-            if buf.nbytes >= c.max_bytes or buf.points >= c.max_points:
-                c.cut_and_register(final=False)
-                reqs = c.take_submits()
-        if reqs:
-            c.submit(reqs)
+            if buf.nbytes + c.in_flight_bytes < c.budget and buf.nbytes < c.max_bytes and buf.points < c.max_points:
+                return
+            reqs = c.settled()
+        c.submit(reqs)
 
     def enqueue_float_array(
         self, channel: str, timestamp: Any, values: Any, tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one double-array value (a 1-D sequence of numbers)."""
-        ts = np.array([timestamp_ns(timestamp)], dtype=np.int64)
-        row = _buf.float_row(channel, values)
-        self._add_chunk(channel, tags, ValueType.DOUBLE_ARRAY, ts, [row], TS_BYTES + 8 * row.size + 4)
+        if type(timestamp) is not int or not _TS_MIN < timestamp <= _TS_MAX:
+            timestamp = timestamp_ns(timestamp)
+        self._append_one(channel, tags, ValueType.DOUBLE_ARRAY, timestamp, _buf.float_row(channel, values))
 
     def enqueue_string_array(
         self, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one string-array value."""
-        ts = np.array([timestamp_ns(timestamp)], dtype=np.int64)
-        row, nbytes = _buf.string_row(channel, values)
-        self._add_chunk(channel, tags, ValueType.STRING_ARRAY, ts, [row], TS_BYTES + nbytes)
+        if type(timestamp) is not int or not _TS_MIN < timestamp <= _TS_MAX:
+            timestamp = timestamp_ns(timestamp)
+        self._append_one(channel, tags, ValueType.STRING_ARRAY, timestamp, _buf.string_row(channel, values)[0])
 
     def enqueue_struct(
         self, channel: str, timestamp: Any, value: Mapping[str, Any], tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one struct value, stored as compact JSON text with sorted keys."""
-        ts = timestamp_ns(timestamp)
         text = _buf.struct_json(channel, value)
-        self._add_chunk(
-            channel, tags, ValueType.STRUCT, np.array([ts], dtype=np.int64), [text], TS_BYTES + len(text) + 3
-        )
+        self._append_one(channel, tags, ValueType.STRUCT, timestamp_ns(timestamp), text)
 
     def enqueue_table(
         self, table: Any, timestamp_column: str = "timestamp", tags: Mapping[str, str] | None = None
@@ -732,9 +781,7 @@ class NominalStream:
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         if timestamp_column not in table.column_names:
-            raise ValueError(
-                f"table has no timestamp column {timestamp_column!r}; columns: {table.column_names}"
-            )
+            raise ValueError(f"table has no timestamp column {timestamp_column!r}; columns: {table.column_names}")
         tcol = table.column(timestamp_column)
         if tcol.null_count:
             raise ValueError(f"timestamp column {timestamp_column!r} has {tcol.null_count} nulls")
@@ -744,15 +791,11 @@ class NominalStream:
         elif pa.types.is_integer(tcol.type):
             ts_np = timestamps_ns(tcol.combine_chunks().to_numpy())
         else:
-            raise TypeError(
-                f"timestamp column {timestamp_column!r} has type {tcol.type}; use timestamp or int64 ns"
-            )
+            raise TypeError(f"timestamp column {timestamp_column!r} has type {tcol.type}; use timestamp or int64 ns")
         prepared = []
-        with self._core.lock:
-            self._core.check_open()
-            pinned = {
-                name: self._pinned(name, tags) for name in table.column_names if name != timestamp_column
-            }
+        self._core.check_open()
+        names = [n for n in table.column_names if n != timestamp_column]
+        pinned = {name: self._pinned(name, tags) for name in names}
         for name in table.column_names:
             if name == timestamp_column:
                 continue

@@ -36,6 +36,8 @@ _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _UINT64_MAX = 2**64 - 1
 _TAIL_MAX = 4096
+#: Single-point appends between two settles of the buffer's accounting.
+SETTLE_EVERY = 512
 
 #: Estimated encoded bytes of one timestamp (the fast encoder writes fixed-width timestamps).
 TS_BYTES = 16
@@ -59,9 +61,7 @@ def struct_json(channel: str, mapping: Mapping[str, Any]) -> str:
     requests (and idempotency keys). NaN and infinities are rejected: they are not JSON.
     """
     if not isinstance(mapping, Mapping):
-        raise TypeError(
-            f"struct value of channel {channel!r} must be a mapping, got {type(mapping).__name__}"
-        )
+        raise TypeError(f"struct value of channel {channel!r} must be a mapping, got {type(mapping).__name__}")
     try:
         return json.dumps(mapping, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
@@ -127,16 +127,34 @@ def _type_name(value: Any) -> str:
         return type(value).__name__
 
 
+def _tail_value_bytes(vtype: ValueType, values: list[Any]) -> int:
+    """Estimated encoded bytes of a tail's values (timestamps not included)."""
+    if vtype is ValueType.STRING or vtype is ValueType.STRUCT:
+        return sum(map(len, values)) + 3 * len(values)
+    if vtype is ValueType.DOUBLE_ARRAY:
+        return int(sum(a.size for a in values)) * 8 + 4 * len(values)
+    if vtype is ValueType.STRING_ARRAY:
+        return sum(sum(map(len, r)) + 2 * len(r) for r in values) + 4 * len(values)
+    return _FIXED_VALUE_BYTES[vtype] * len(values)
+
+
 class SeriesBuffer:
-    """The buffered points of one series, as columns, plus its pinned type."""
+    """The buffered points of one series, as columns, plus its pinned type.
+
+    Single points are appended to ``ts_tail`` / ``val_tail`` by the stream's hot path without any
+    accounting; :meth:`settle_tail` counts them later (the buffer does so every few hundred points
+    and before every cut), so ``points`` and ``nbytes`` exclude the unsettled part of the tail.
+    """
 
     __slots__ = (
         "block",
         "conv",
+        "fast_type",
         "key",
         "nbytes",
         "overhead",
         "points",
+        "tail_counted",
         "ts_chunks",
         "ts_tail",
         "val_chunks",
@@ -148,11 +166,15 @@ class SeriesBuffer:
     def __init__(self, key: SeriesKey, vtype: ValueType) -> None:
         self.key = key
         self.vtype = vtype
+        #: Normalises one scalar of this type (raises _Mismatch), or None for arrays/structs.
         self.conv = _SCALAR_CONVERTERS.get(vtype)
+        #: The Python type whose values need no conversion at all (float, str), else None.
+        self.fast_type: type | None = {ValueType.DOUBLE: float, ValueType.STRING: str}.get(vtype)
         self.ts_chunks: list[I64] = []
         self.val_chunks: list[Any] = []
         self.ts_tail: list[int] = []
         self.val_tail: list[Any] = []
+        self.tail_counted = 0
         self.points = 0
         self.nbytes = 0
         #: Fixed encoded bytes per value, or 0 where it varies (strings, arrays).
@@ -170,17 +192,27 @@ class SeriesBuffer:
 
     # -- appends -------------------------------------------------------------------------------
 
-    def append(self, ts: int, value: Any, nbytes: int) -> None:
-        """Append one already-converted point."""
-        self.ts_tail.append(ts)
-        self.val_tail.append(value)
-        self.points += 1
-        self.nbytes += nbytes
-        if len(self.ts_tail) >= _TAIL_MAX:
+    def settle_tail(self) -> tuple[int, int]:
+        """Count tail points appended since the last call; spill a long tail to numpy.
+
+        Returns:
+            (points, bytes) newly counted, for the buffer's totals.
+        """
+        n = len(self.ts_tail)
+        new = n - self.tail_counted
+        nbytes = 0
+        if new:
+            fresh = self.val_tail[self.tail_counted :] if self.tail_counted else self.val_tail
+            nbytes = TS_BYTES * new + _tail_value_bytes(self.vtype, fresh)
+            self.points += new
+            self.nbytes += nbytes
+            self.tail_counted = n
+        if n >= _TAIL_MAX:
             self._spill_tail()
+        return new, nbytes
 
     def extend(self, timestamps: I64, values: Any, nbytes: int) -> None:
-        """Append a column chunk (values in SeriesBatch form for this type)."""
+        """Append a column chunk (values in SeriesBatch form for this type); tail settled first."""
         if self.ts_tail:
             self._spill_tail()
         self.ts_chunks.append(timestamps)
@@ -189,11 +221,13 @@ class SeriesBuffer:
         self.nbytes += nbytes
 
     def _spill_tail(self) -> None:
+        assert self.tail_counted == len(self.ts_tail), "spilling an unsettled tail"
         self.ts_chunks.append(np.array(self.ts_tail, dtype=np.int64))
         dtype = self.vtype.numpy_dtype
         self.val_chunks.append(np.array(self.val_tail, dtype=dtype) if dtype is not None else self.val_tail)
         self.ts_tail = []
         self.val_tail = []
+        self.tail_counted = 0
 
     # -- taking --------------------------------------------------------------------------------
 
@@ -212,7 +246,7 @@ class SeriesBuffer:
         return ts, vals
 
     def take(self, n: int) -> tuple[I64, Any, int]:
-        """Remove and return the first ``n`` points: (timestamps, values, estimated bytes)."""
+        """Remove and return the first ``n`` settled points: (timestamps, values, estimated bytes)."""
         ts, vals = self._consolidate()
         if n >= self.points:
             nbytes = self.nbytes
@@ -313,8 +347,13 @@ class Buffer:
         #: (channel, tuple(tags.items())) -> series, skipping validation and sorting.
         self.tagged: dict[tuple[str, tuple[tuple[str, str], ...]], SeriesBuffer] = {}
         self.blocks: dict[tuple[tuple[str, str], ...], WideBlock] = {}
+        #: Settled totals (see SeriesBuffer); unsettled tail points are at most SETTLE_EVERY.
         self.points = 0
         self.nbytes = 0
+        #: Series whose tail may hold points, for settle().
+        self.tailed: list[SeriesBuffer] = []
+        #: Tail appends left before the stream must call settle().
+        self.tick = SETTLE_EVERY
 
     # -- series lookup ---------------------------------------------------------------------------
 
@@ -358,19 +397,47 @@ class Buffer:
 
     # -- appends ---------------------------------------------------------------------------------
 
-    def add(self, s: SeriesBuffer, ts: int, value: Any, nbytes: int) -> None:
+    def add(self, s: SeriesBuffer, ts: int, value: Any) -> bool:
+        """Append one converted point to a tail (the stream inlines this on its hot path).
+
+        Returns:
+            True when the caller must call :meth:`settle` now.
+        """
         if s.block is not None and s.block.ts:
-            s.block.materialise()
-        s.append(ts, value, nbytes)
-        self.points += 1
-        self.nbytes += nbytes
+            self.materialise(s.block)
+        if not s.ts_tail:
+            self.tailed.append(s)
+        s.ts_tail.append(ts)
+        s.val_tail.append(value)
+        self.tick -= 1
+        return self.tick <= 0
+
+    def settle(self) -> None:
+        """Count every tail point appended since the last settle."""
+        still = []
+        for s in self.tailed:
+            dp, db = s.settle_tail()
+            self.points += dp
+            self.nbytes += db
+            if s.ts_tail:
+                still.append(s)
+        self.tailed = still
+        self.tick = SETTLE_EVERY
 
     def add_chunk(self, s: SeriesBuffer, timestamps: I64, values: Any, nbytes: int) -> None:
         if s.block is not None and s.block.ts:
-            s.block.materialise()
+            self.materialise(s.block)
+        if s.ts_tail:
+            dp, db = s.settle_tail()
+            self.points += dp
+            self.nbytes += db
         s.extend(timestamps, values, nbytes)
         self.points += len(timestamps)
         self.nbytes += nbytes
+
+    def materialise(self, block: WideBlock) -> None:
+        self.settle()  # member series' tails are spilled before the block's chunk
+        block.materialise()
 
     def add_row(self, ts: int, record: Mapping[str, Any], tags: Mapping[str, str] | None) -> int:
         """Append a wide record; returns the number of points added.
@@ -422,8 +489,8 @@ class Buffer:
                 vt = s.vtype
             vtypes.append(vt)
         old = self.blocks.get(tag_key)
-        if old is not None:
-            old.materialise()
+        if old is not None and old.ts:
+            self.materialise(old)
         series = [self.pin(ch, tags, vt) for ch, vt in zip(keys, vtypes, strict=True)]
         block = WideBlock(keys, types, series)
         for s in series:
@@ -432,6 +499,8 @@ class Buffer:
         return block
 
     def materialise_all(self) -> None:
+        """Settle tails and move every wide block's rows into its series (before a cut)."""
+        self.settle()
         for block in self.blocks.values():
             if block.ts:
                 block.materialise()
@@ -462,9 +531,7 @@ def column_values(channel: str, vtype: ValueType, values: Any) -> tuple[Any, int
 
 
 def _bad(channel: str, vtype: ValueType, v: Any) -> str:
-    raise SeriesTypeError(
-        f"channel {channel!r}: {vtype.value} column holds a {type(v).__name__} value {v!r:.80}"
-    )
+    raise SeriesTypeError(f"channel {channel!r}: {vtype.value} column holds a {type(v).__name__} value {v!r:.80}")
 
 
 def float_rows(channel: str, rows: Any) -> tuple[list[npt.NDArray[np.float64]], int]:
@@ -494,9 +561,8 @@ def string_row(channel: str, row: Any) -> tuple[list[str], int]:
     if isinstance(row, (str, bytes, Mapping)) or not isinstance(row, (Sequence, np.ndarray)):
         raise TypeError(f"channel {channel!r}: a string array must be a sequence of str, got {row!r:.80}")
     out = list(row) if not isinstance(row, np.ndarray) else row.tolist()
-    nbytes = 4
-    for v in out:
-        if not isinstance(v, str):
-            raise TypeError(f"channel {channel!r}: string array element {v!r:.80} is not a str")
-        nbytes += len(v) + 2
-    return out, nbytes
+    if out and set(map(type, out)) != {str}:
+        for v in out:
+            if not isinstance(v, str):
+                raise TypeError(f"channel {channel!r}: string array element {v!r:.80} is not a str")
+    return out, sum(map(len, out)) + 2 * len(out) + 4

@@ -39,7 +39,9 @@ def test_scalar_tail_spills_into_numpy_chunks_in_order() -> None:
     s = buf.pin("x", None, ValueType.INT64)
     n = 10_000  # crosses the staging tail size twice
     for i in range(n):
-        buf.add(s, i, 2**62 + i, 26)
+        if buf.add(s, i, 2**62 + i):
+            buf.settle()
+    buf.settle()
     assert s.points == buf.points == n
     assert all(isinstance(c, np.ndarray) for c in s.val_chunks)
     ts, vals = _drain(s)
@@ -93,7 +95,7 @@ def test_scalar_after_wide_rows_keeps_series_order() -> None:
     buf = Buffer()
     buf.add_row(1, {"a": 1.0, "b": 2.0}, None)
     s = buf.series[SeriesKey("a")]
-    buf.add(s, 2, 9.0, 24)  # must land after the block's row
+    buf.add(s, 2, 9.0)  # must land after the block's row
     buf.add_row(3, {"a": 3.0, "b": 4.0}, None)
     buf.materialise_all()
     assert _drain(s) == ([1, 2, 3], [1.0, 9.0, 3.0])
