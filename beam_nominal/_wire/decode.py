@@ -367,6 +367,39 @@ def _double_rows(buf: bytes, start: int, stop: int, where: str) -> list[Any]:
     return rows
 
 
+def _uniform_double_rows(buf: bytes, start: int, stop: int, where: str) -> list[Any] | None:
+    """Rows of one width, each exactly ``0a L 12 M <M bytes>``: one 2-D view, no per-row parse.
+
+    The first row's header fixes the row size; if every row starts with the same header bytes,
+    sequential parsing would read each row the same way. None when the rows are not like that.
+    """
+    if start >= stop:
+        return []
+    if buf[start] != 0x0A:
+        return None
+    point_len, p = _varint(buf, start + 1, stop, where)
+    if point_len == 0:
+        hdr, size = p - start, 0
+    else:
+        if p >= stop or buf[p] != 0x12:
+            return None
+        size, q = _varint(buf, p + 1, stop, where)
+        hdr = q - start
+        if q + size != p + point_len or size % 8:
+            return None
+    row = hdr + size
+    total = stop - start
+    if total % row:
+        return None
+    n = total // row
+    rows = np.frombuffer(buf, dtype=np.uint8, count=total, offset=start).reshape(n, row)
+    if not (rows[:, :hdr] == rows[0, :hdr]).all():
+        return None
+    if size == 0:
+        return [np.empty(0, dtype=np.float64) for _ in range(n)]
+    return list(np.ascontiguousarray(rows[:, hdr:]).view("<f8").astype(np.float64, copy=False))
+
+
 def _single_member(buf: bytes, spans: list[tuple[int, int]], where: str) -> tuple[int, int, int] | None:
     """The one oneof member set in a message: (field, start, stop); None when none is.
 
@@ -533,7 +566,8 @@ def _batch_values(buf: bytes, b: _Batch, field: int, s: int, e: int) -> None:
         raise MalformedBatchError(b.index, b.channel, "array value type not set")
     if kind[0] == 1:
         b.value_type = ValueType.DOUBLE_ARRAY
-        b.values = _double_rows(buf, kind[1], kind[2], where)
+        uniform = _uniform_double_rows(buf, kind[1], kind[2], where)
+        b.values = _double_rows(buf, kind[1], kind[2], where) if uniform is None else uniform
     else:
         b.value_type = ValueType.STRING_ARRAY
         sap = common.StringArrayPoints.FromString(buf[kind[1] : kind[2]])

@@ -266,6 +266,20 @@ def test_edge_values_round_trip(decoder: Any) -> None:
     assert_request_equal(EDGE_BATCHES, decoder(data), "ri.dataset.1", "édge")
 
 
+@pytest.mark.parametrize("width", [0, 1, 8, 200])
+@pytest.mark.parametrize("form", ["2d", "list", "reference"])
+def test_uniform_double_array_rows(width: int, form: str) -> None:
+    rows = np.random.default_rng(width).standard_normal((5, width))
+    rows[0, :1] = math.nan
+    values: Any = rows if form == "2d" else list(rows)
+    batch = SeriesBatch(SeriesKey.of("arr"), V.DOUBLE_ARRAY, _ts(1, 2, 3, 4, 5), values)
+    want = SeriesBatch(batch.key, V.DOUBLE_ARRAY, batch.timestamps, list(rows))
+    encode = reference.encode if form == "reference" else encode_request
+    data = encode("r", [batch])
+    assert_request_equal([want], reference.decode(data), "r", None)
+    assert_request_equal([want], decode_request(data), "r", None)
+
+
 def test_decoded_numeric_columns_are_writable_copies() -> None:
     out = decode_request(encode_request("r", EDGE_BATCHES))
     for b in out.batches:
