@@ -15,12 +15,25 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     "AvroFileTarget": "beam_nominal.targets.avro",
+    "BackpressureError": "beam_nominal.errors",
+    "BatchSettings": "beam_nominal.settings",
+    "BeamNominalError": "beam_nominal.errors",
+    "DeliveryError": "beam_nominal.errors",
+    "DeliveryReport": "beam_nominal.stream",
     "FailedElement": "beam_nominal.beam",
     "FallbackTarget": "beam_nominal.targets.compose",
+    "GrpcTarget": "beam_nominal.targets.grpc",
     "LocalServer": "beam_nominal.server",
     "LocalStore": "beam_nominal.server",
+    "NominalStream": "beam_nominal.stream",
+    "RetrySettings": "beam_nominal.settings",
     "SeriesKey": "beam_nominal.model",
+    "SeriesTypeError": "beam_nominal.errors",
+    "StreamClosedError": "beam_nominal.errors",
+    "StreamState": "beam_nominal.stream",
+    "TargetError": "beam_nominal.errors",
     "TeeTarget": "beam_nominal.targets.compose",
+    "UploadSettings": "beam_nominal.settings",
     "ValueType": "beam_nominal.model",
     "WriteToNominal": "beam_nominal.beam",
     "WriteToNominalResult": "beam_nominal.beam",
@@ -29,11 +42,30 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:
-    from beam_nominal.beam import FailedElement, WriteToNominal, WriteToNominalResult
-    from beam_nominal.model import SeriesKey, ValueType
-    from beam_nominal.server import LocalServer, LocalStore
-    from beam_nominal.targets.avro import AvroFileTarget
-    from beam_nominal.targets.compose import FallbackTarget, TeeTarget
+    # `X as X` marks the re-exports for linters (the names are loaded lazily below).
+    from beam_nominal.beam import FailedElement as FailedElement
+    from beam_nominal.beam import WriteToNominal as WriteToNominal
+    from beam_nominal.beam import WriteToNominalResult as WriteToNominalResult
+    from beam_nominal.errors import BackpressureError as BackpressureError
+    from beam_nominal.errors import BeamNominalError as BeamNominalError
+    from beam_nominal.errors import DeliveryError as DeliveryError
+    from beam_nominal.errors import SeriesTypeError as SeriesTypeError
+    from beam_nominal.errors import StreamClosedError as StreamClosedError
+    from beam_nominal.errors import TargetError as TargetError
+    from beam_nominal.model import SeriesKey as SeriesKey
+    from beam_nominal.model import ValueType as ValueType
+    from beam_nominal.server import LocalServer as LocalServer
+    from beam_nominal.server import LocalStore as LocalStore
+    from beam_nominal.settings import BatchSettings as BatchSettings
+    from beam_nominal.settings import RetrySettings as RetrySettings
+    from beam_nominal.settings import UploadSettings as UploadSettings
+    from beam_nominal.stream import DeliveryReport as DeliveryReport
+    from beam_nominal.stream import NominalStream as NominalStream
+    from beam_nominal.stream import StreamState as StreamState
+    from beam_nominal.targets.avro import AvroFileTarget as AvroFileTarget
+    from beam_nominal.targets.compose import FallbackTarget as FallbackTarget
+    from beam_nominal.targets.compose import TeeTarget as TeeTarget
+    from beam_nominal.targets.grpc import GrpcTarget as GrpcTarget
 
 
 def __getattr__(name: str) -> Any:
