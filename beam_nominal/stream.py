@@ -753,7 +753,7 @@ class NominalStream:
         """Write one string-array value."""
         if type(timestamp) is not int or not _TS_MIN < timestamp <= _TS_MAX:
             timestamp = timestamp_ns(timestamp)
-        self._append_one(channel, tags, ValueType.STRING_ARRAY, timestamp, _buf.string_row(channel, values)[0])
+        self._append_one(channel, tags, ValueType.STRING_ARRAY, timestamp, _buf.string_row(channel, values))
 
     def enqueue_struct(
         self, channel: str, timestamp: Any, value: Mapping[str, Any], tags: Mapping[str, str] | None = None
@@ -955,9 +955,9 @@ def _column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueT
             srows: list[list[str]] = []
             nbytes = 0
             for r in values:
-                row, nb = _buf.string_row(channel, r)
+                row = _buf.string_row(channel, r)
                 srows.append(row)
-                nbytes += nb
+                nbytes += sum(map(len, row)) + 2 * len(row) + 4
             return vt, srows, nbytes
         vt = _check_pin(channel, pinned, ValueType.DOUBLE_ARRAY)
         frows, nbytes = _buf.float_rows(channel, values)

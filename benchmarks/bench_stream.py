@@ -1,23 +1,31 @@
-"""NominalStream vs nominal-streaming 0.10.5 on the same shapes, same sink, same machine.
+"""NominalStream vs nominal-streaming 0.10.5 on the same shapes, same machine, interleaved.
 
-Both clients write to an Avro file in nominal-streaming's ``AvroStream`` format (nominal-streaming's
-``to_file`` and our ``AvroFileTarget``): the only sink both can reach without a Nominal account,
-and it keeps a server from competing for the 2 cores. ``--grpc`` adds a column for NominalStream
-sending to a LocalServer on loopback (the server's decode and Parquet commits then share the CPU).
+Sinks. nominal-streaming can only write locally to an Avro file (``to_file``), so it always does.
+NominalStream runs twice per shape:
 
-Each round runs every shape once per client, interleaved, so drift in machine load hits both;
-the table shows medians over rounds of points/s (wall time from the first call to the end of
-close, i.e. delivered) and CPU seconds per million points (process time, all threads). Delivery is
-verified by reading back the point count of every file written in the last round.
+- ``avro``: to an Avro file in the same ``AvroStream`` format (our ``AvroFileTarget``): the same
+  sink, so wall time compares like with like end to end, including each library's Avro writer;
+- ``grpc``: to a ``beam-nominal serve`` subprocess on loopback over Nominal's
+  ``WriteColumnBatches`` protocol, our production path. Only the client process's CPU is counted;
+  the server competes for the same 2 cores in wall time, which counts against us.
 
-Run: ``.venv/bin/python benchmarks/bench_stream.py [--rounds 3] [--grpc]``
+Each round runs every shape once per client, in alternating order, so drift in machine load hits
+all of them; the table shows medians over rounds of points/s (wall time from the first call to the
+end of close, i.e. everything delivered) and CPU seconds per million points (process time, all
+threads of this process). Delivery is verified every round: Avro files are read back and counted,
+and the server's stored series are counted.
+
+Run: ``.venv/bin/python benchmarks/bench_stream.py [--rounds 3] [--scale 1.0] [--only deep wide]``
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -118,11 +126,40 @@ def run_ns(path: Path, write: Callable[[Any], None]) -> None:
         write(stream)
 
 
-def run_ours(path: Path, write: Callable[[Any], None]) -> None:
+def run_ours(target: Any, rid: str, write: Callable[[Any], None]) -> None:
     from beam_nominal.stream import NominalStream
 
-    with NominalStream(path, dataset_rid="ri.bench.1", linger=None) as stream:
+    # linger=None: the Beam path's setting; cuts depend only on the data.
+    with NominalStream(target, dataset_rid=rid, linger=None) as stream:
         write(stream)
+
+
+class Server:
+    """``beam-nominal serve`` as a subprocess, so its CPU is not counted as the client's."""
+
+    def __init__(self, data_dir: Path) -> None:
+        exe = Path(sys.executable).parent / "beam-nominal"
+        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "beam_nominal.cli"]
+        self.data_dir = data_dir
+        self.proc = subprocess.Popen(
+            [*cmd, "serve", "--data-dir", str(data_dir), "--port", "0"], stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        m = re.search(r"listening on (grpc://\S+)", line)
+        if m is None:
+            self.proc.kill()
+            raise RuntimeError(f"server did not start: {line!r}")
+        self.target = m.group(1)
+
+    def count(self, rid: str) -> int:
+        from beam_nominal.server import LocalStore
+
+        return sum(i.count for i in LocalStore(self.data_dir).list_series(rid))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
 
 
 def _measure(fn: Callable[[], None]) -> tuple[float, float]:
@@ -131,80 +168,62 @@ def _measure(fn: Callable[[], None]) -> tuple[float, float]:
     return time.perf_counter() - t0, time.process_time() - c0
 
 
+CLIENTS = ("nominal-streaming", "NominalStream→avro", "NominalStream→grpc")
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description="NominalStream vs nominal-streaming")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the work per shape")
     ap.add_argument("--only", nargs="*", help="shape names to run")
-    ap.add_argument("--grpc", action="store_true", help="also run NominalStream to a LocalServer")
     args = ap.parse_args(argv)
     shapes = _shapes(args.scale)
     if args.only:
         shapes = {k: v for k, v in shapes.items() if k in args.only}
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    verified: dict[tuple[str, str], str] = {}
+    bad: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
-        server = None
-        if args.grpc:
-            from beam_nominal.server import LocalServer
-
-            server = LocalServer(Path(tmp) / "server").start()
+        server = Server(Path(tmp) / "server")
         try:
             for rnd in range(args.rounds):
-                last = rnd == args.rounds - 1
                 for name, (points, write) in shapes.items():
-                    clients: list[tuple[str, Callable[[Path], None]]] = [
-                        ("nominal-streaming", lambda p, w=write: run_ns(p, w)),
-                        ("NominalStream", lambda p, w=write: run_ours(p, w)),
-                    ]
-                    if server is not None:
-                        target = server.target
-
-                        def grpc_run(p: Path, w: Callable[[Any], None] = write, t: str = target) -> None:
-                            from beam_nominal.stream import NominalStream
-
-                            rid = f"ri.bench.{p.stem.replace('_', '-')}"
-                            with NominalStream(t, dataset_rid=rid, linger=None) as s:
-                                w(s)
-
-                        clients.append(("NominalStream-grpc", grpc_run))
-                    for client, run in clients if rnd % 2 == 0 else list(reversed(clients)):
-                        path = Path(tmp) / f"{client}-{name}-{rnd}.avro"
-                        wall, cpu = _measure(lambda r=run, p=path: r(p))  # type: ignore[misc]
-                        results.setdefault((name, client), []).append((wall, cpu))
-                        if last and client != "NominalStream-grpc":
-                            got = _count_avro(path)
-                            verified[(name, client)] = "ok" if got == points else f"GOT {got} of {points}"
+                    order = CLIENTS if rnd % 2 == 0 else CLIENTS[::-1]
+                    for client in order:
+                        path = Path(tmp) / f"{name}-{rnd}.avro"
+                        rid = f"ri.bench.{name.replace('_', '-')}-{rnd}"
+                        if client == "nominal-streaming":
+                            run: Callable[[], None] = lambda p=path, w=write: run_ns(p, w)  # noqa: E731
+                        elif client == "NominalStream→avro":
+                            run = lambda p=path, r=rid, w=write: run_ours(p, r, w)  # noqa: E731
+                        else:
+                            run = lambda r=rid, w=write: run_ours(server.target, r, w)  # noqa: E731
+                        results.setdefault((name, client), []).append(_measure(run))
+                        got = server.count(rid) if client == "NominalStream→grpc" else _count_avro(path)
+                        if got != points:
+                            bad.append(f"{client} {name} round {rnd}: {got} of {points} points delivered")
                         if path.exists():
                             os.unlink(path)
+                        shutil.rmtree(Path(tmp) / "server" / rid, ignore_errors=True)
                 print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr, flush=True)
         finally:
-            if server is not None:
-                server.stop()
-    has_grpc = args.grpc
-    head = "| shape | points | nominal-streaming pts/s | NominalStream pts/s | ratio | CPU s/M pts ns / ours |"
-    if has_grpc:
-        head += " NominalStream→gRPC pts/s |"
-    print(head)
-    print("|" + "---|" * (head.count("|") - 1))
+            server.stop()
+    print(
+        "| shape | points | nominal-streaming M pts/s | ours→avro M pts/s (ratio) | ours→gRPC M pts/s (ratio) "
+        "| CPU s / M pts: ns, ours→avro, ours→gRPC |"
+    )
+    print("|---|---|---|---|---|---|")
     for name, (points, _) in shapes.items():
-        ns = results[(name, "nominal-streaming")]
-        us = results[(name, "NominalStream")]
-        ns_rate = points / statistics.median(w for w, _ in ns)
-        us_rate = points / statistics.median(w for w, _ in us)
-        ns_cpu = statistics.median(c for _, c in ns) / points * 1e6
-        us_cpu = statistics.median(c for _, c in us) / points * 1e6
-        v_ns, v_us = verified.get((name, "nominal-streaming")), verified.get((name, "NominalStream"))
-        note = "" if v_ns == v_us == "ok" else f" verify: nominal-streaming {v_ns}, ours {v_us}"
-        row = (
-            f"| {name} | {points:,} | {ns_rate / 1e6:.2f} M | {us_rate / 1e6:.2f} M | "
-            f"{us_rate / ns_rate:.2f}x | {ns_cpu:.3f} / {us_cpu:.3f} |"
+        rate = {c: points / statistics.median(w for w, _ in results[(name, c)]) for c in CLIENTS}
+        cpu = {c: statistics.median(u for _, u in results[(name, c)]) / points * 1e6 for c in CLIENTS}
+        ns = rate["nominal-streaming"]
+        print(
+            f"| {name} | {points:,} | {ns / 1e6:.2f} "
+            f"| {rate['NominalStream→avro'] / 1e6:.2f} ({rate['NominalStream→avro'] / ns:.2f}x) "
+            f"| {rate['NominalStream→grpc'] / 1e6:.2f} ({rate['NominalStream→grpc'] / ns:.2f}x) "
+            f"| {cpu['nominal-streaming']:.3f}, {cpu['NominalStream→avro']:.3f}, {cpu['NominalStream→grpc']:.3f} |"
         )
-        if has_grpc:
-            g = results[(name, "NominalStream-grpc")]
-            row += f" {points / statistics.median(w for w, _ in g) / 1e6:.2f} M |"
-        print(row + note)
-    return 0
+    print(f"delivery verified: {'all points, every run' if not bad else '; '.join(bad)}")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -546,23 +546,36 @@ def float_rows(channel: str, rows: Any) -> tuple[list[npt.NDArray[np.float64]], 
 
 
 def float_row(channel: str, row: Any) -> npt.NDArray[np.float64]:
-    if isinstance(row, (str, bytes, Mapping)):
-        raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers, got {row!r:.80}")
-    try:
-        arr = np.array(row, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}") from None
+    """One double-array value as a fresh 1-D float64 array (the caller may reuse its list)."""
+    if type(row) is list:  # the common case, without the slower abstract-type checks
+        try:
+            arr = np.array(row, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}") from None
+    else:
+        if isinstance(row, (str, bytes, Mapping)):
+            raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers, got {row!r:.80}")
+        try:
+            arr = np.array(row, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}") from None
     if arr.ndim != 1:
         raise TypeError(f"channel {channel!r}: a double array must be 1-D, got shape {arr.shape}")
     return arr
 
 
-def string_row(channel: str, row: Any) -> tuple[list[str], int]:
-    if isinstance(row, (str, bytes, Mapping)) or not isinstance(row, (Sequence, np.ndarray)):
+def string_row(channel: str, row: Any) -> list[str]:
+    """One string-array value as a fresh list of str (the caller may reuse its list)."""
+    if type(row) is list:
+        out = row.copy()
+    elif isinstance(row, np.ndarray):
+        out = row.tolist()
+    elif isinstance(row, (str, bytes, Mapping)) or not isinstance(row, Sequence):
         raise TypeError(f"channel {channel!r}: a string array must be a sequence of str, got {row!r:.80}")
-    out = list(row) if not isinstance(row, np.ndarray) else row.tolist()
+    else:
+        out = list(row)
     if out and set(map(type, out)) != {str}:
         for v in out:
             if not isinstance(v, str):
                 raise TypeError(f"channel {channel!r}: string array element {v!r:.80} is not a str")
-    return out, sum(map(len, out)) + 2 * len(out) + 4
+    return out
