@@ -5,7 +5,9 @@ Shapes, each one ~4 MiB request (as encoded by the fast encoder):
 * ``doubles``: one series of float64;
 * ``int64``: one series of int64 counters (values below 2**20, 3-byte varints);
 * ``strings``: one series of short ASCII strings (status words);
-* ``grouped``: 1,000+ series of 100 doubles each, two tags per series (many small batches).
+* ``grouped``: 1,000+ series of 100 doubles each, two tags per series (many small batches);
+* ``double_array_64`` / ``string_array_32``: one series of arrays (64 doubles / 32 short strings
+  per timestamp); points are timestamps (rows), not elements.
 
 Every round times every (shape, codec, direction) once, in an order that is reversed every other
 round; the table shows the median rate over rounds in M points/s. Before timing, each decoder's
@@ -46,6 +48,8 @@ def _shapes() -> dict[str, list[SeriesBatch]]:
     n_s = TARGET_BYTES // 25  # 14 B timestamp + 2 B header + ~9 B text
     words = np.array(["OK", "NOMINAL", "WARN", "FAULT-12", "standby", "arming", "ARMED", "launch"])
     n_series = TARGET_BYTES // (100 * 22 + 40)
+    n_da = TARGET_BYTES // (14 + 4 + 64 * 8)
+    n_sa = TARGET_BYTES // (14 + 3 + 32 * 7)
     return {
         "doubles": [SeriesBatch(SeriesKey.of("d"), ValueType.DOUBLE, ts(n_d), rng.standard_normal(n_d))],
         "int64": [SeriesBatch(SeriesKey.of("i"), ValueType.INT64, ts(n_i), rng.integers(0, 2**20, n_i))],
@@ -57,6 +61,13 @@ def _shapes() -> dict[str, list[SeriesBatch]]:
                         rng.standard_normal(100))
             for j in range(n_series)
         ],
+        "double_array_64": [
+            SeriesBatch(SeriesKey.of("da"), ValueType.DOUBLE_ARRAY, ts(n_da), list(rng.standard_normal((n_da, 64))))
+        ],
+        "string_array_32": [
+            SeriesBatch(SeriesKey.of("sa"), ValueType.STRING_ARRAY, ts(n_sa),
+                        [words[rng.integers(0, 8, 32)].tolist() for _ in range(n_sa)])
+        ],
     }
 
 
@@ -67,7 +78,10 @@ def _equal(a: list[SeriesBatch], b: list[SeriesBatch]) -> bool:
         if isinstance(x.values, np.ndarray):
             if x.values.dtype != y.values.dtype or not np.array_equal(x.values, y.values):
                 return False
-        elif list(x.values) != list(y.values):
+        elif x.value_type is ValueType.DOUBLE_ARRAY:
+            if not all(np.array_equal(r, q) for r, q in zip(x.values, y.values, strict=True)):
+                return False
+        elif [list(r) if isinstance(r, list) else r for r in x.values] != list(y.values):
             return False
     return len(a) == len(b)
 

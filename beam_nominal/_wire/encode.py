@@ -279,6 +279,8 @@ def _key_bytes(batch: SeriesBatch) -> bytes:
 # a racing clear from another thread only costs a re-encode).
 _KEY_CACHE: dict[SeriesKey, bytes] = {}
 _KEY_CACHE_SIZE = 100_000
+# Framing depends only on (value type, payload bytes, non-empty); series of equal length repeat it.
+_FRAMING_CACHE: dict[tuple[ValueType, int, bool], bytes] = {}
 
 
 def _encode_key(key: SeriesKey) -> bytes:
@@ -442,8 +444,16 @@ def _string_array_points(i: int, batch: SeriesBatch, n: int) -> U8:
         _check_strings(i, batch, flat, "values(flattened)")
         raise
     point_len = _segment_sums(sizes, counts)
-    hdr, hlens = _headers(0x0A, point_len)
-    return _interleave(hdr, hlens, entries, point_len)
+    # Rows hold many strings: a header per row spliced in by one bytes join beats a byte-mask
+    # interleave over the whole column.
+    mv = entries.data
+    parts: list[Any] = []
+    off = 0
+    for size in point_len.tolist():
+        parts.append(_T1 + varint_bytes(size))
+        parts.append(mv[off : off + size])
+        off += size
+    return np.frombuffer(b"".join(parts), dtype=np.uint8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -569,7 +579,13 @@ def encode_request(dataset_rid: str, batches: Sequence[SeriesBatch], source_name
             raise TypeError(f"{_where(i, b)}: key must be a SeriesKey of str channel and tags: {exc}") from None
         plen = plens[i]
         ts_part = ts_parts[i]
-        framing = _values_body(vts[i], plen, counts[i])
+        fkey = (vts[i], plen, counts[i] > 0)
+        framing = _FRAMING_CACHE.get(fkey)
+        if framing is None:
+            framing = _values_body(vts[i], plen, counts[i])
+            if len(_FRAMING_CACHE) >= _KEY_CACHE_SIZE:
+                _FRAMING_CACHE.clear()
+            _FRAMING_CACHE[fkey] = framing
         body_len = len(head) + ts_part.nbytes + len(framing) + plen
         parts += (_T2 + varint_bytes(body_len), head, ts_part, framing, payloads[i])
     if source_name is not None:
