@@ -487,6 +487,34 @@ def test_corrupted_byte_agrees_with_upb(where: int, byte: int) -> None:
     _assert_agrees_with_upb(bytes(data))
 
 
+_UNIFORM = SeriesBatch(SeriesKey.of("u"), V.DOUBLE_ARRAY, _ts(1, 2, 3), np.arange(12.0).reshape(3, 4))
+_MUTATION_BASES = [
+    encode_request("rid", [*EDGE_BATCHES, _UNIFORM], "src"),
+    reference.encode("rid", [*EDGE_BATCHES, _UNIFORM], "src"),
+]
+
+
+@settings(max_examples=EXAMPLES * 3, deadline=None)
+@given(
+    st.sampled_from(_MUTATION_BASES),
+    st.lists(st.tuples(st.sampled_from(["set", "delete", "insert"]), st.integers(0, 10**6), st.binary(max_size=4)),
+             min_size=1, max_size=3),
+    st.sampled_from([24, 65_536]),
+)
+def test_mutated_requests_agree_with_upb(base: bytes, edits: list[tuple[str, int, bytes]], window: int) -> None:
+    data = bytearray(base)
+    for op, where, blob in edits:
+        at = where % (len(data) + 1)
+        if op == "set" and blob and at < len(data):
+            data[at] = blob[0]
+        elif op == "delete":
+            del data[at : at + 1 + len(blob)]
+        else:
+            data[at:at] = blob
+    with _small_windows(window):
+        _assert_agrees_with_upb(bytes(data))
+
+
 @pytest.mark.parametrize(
     ("batch", "error", "fragment"),
     [
