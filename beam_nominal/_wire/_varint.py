@@ -10,7 +10,6 @@ U8 = npt.NDArray[np.uint8]
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 
-_SEVEN = np.uint64(7)
 _LOW7 = np.uint64(0x7F)
 
 
@@ -71,19 +70,6 @@ def encode_varints(v: U64) -> tuple[U8, I64]:
 
 
 _BLOCK = 16_384
-
-
-def padded_varints(v: U64, width: int) -> U8:
-    """Each value as a non-minimal varint of exactly ``width`` bytes, as an (n, width) matrix.
-
-    The caller guarantees every value fits in ``7 * width`` bits (or ``width == 10``).
-    """
-    n = v.shape[0]
-    mat = np.empty((n, width), dtype=np.uint8)
-    for k in range(width):
-        group = ((v >> np.uint64(7 * k)) & _LOW7).astype(np.uint8)
-        mat[:, k] = group | 0x80 if k < width - 1 else group
-    return mat
 
 
 def varint_bytes(value: int) -> bytes:

@@ -45,7 +45,6 @@ TIMESTAMP_BYTES = 14
 TIMESTAMP_BYTES_NEGATIVE = 19
 
 _NS = 1_000_000_000
-_SECONDS_5_LIMIT = 2**35
 
 # Tag bytes: (field number << 3) | wire type; 2 = length-delimited.
 _T1 = b"\x0a"
@@ -322,7 +321,7 @@ def _checked_timestamps(i: int, batch: SeriesBatch) -> I64:
 
 
 def _checked_numeric(i: int, batch: SeriesBatch, n: int) -> npt.NDArray[Any]:
-    vt = batch.value_type
+    vt = ValueType(batch.value_type)
     vals = batch.values
     arr = vals if isinstance(vals, np.ndarray) else np.asarray(vals)
     if arr.ndim != 1 or arr.shape[0] != n:
