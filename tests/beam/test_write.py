@@ -26,6 +26,15 @@ class Point(NamedTuple):
     value: Any
 
 
+class Telemetry(NamedTuple):
+    """A schema'd wide record: Beam encodes it with RowCoder."""
+
+    timestamp: int
+    sch_temp: float
+    sch_mode: str
+    sch_count: int
+
+
 # Builtin types only (tuples, dicts, numpy, Arrow): multi-process workers cannot import this module.
 SIMPLE: list[Any] = [
     ("t.float", BASE + 1, 1.5),
@@ -123,6 +132,9 @@ def test_every_shape_round_trips_exactly_on_fn_api_runner(server: LocalServer) -
     expected[("nt.point", ())] = ("double", [(BASE, 5.0)])
     expected[("row.point", ())] = ("string", [(BASE, "r")])
     expected[("row_wide", ())] = ("int64", [(BASE + 1, 6)])
+    expected[("sch_temp", ())] = ("double", [(BASE + 20, 21.5)])
+    expected[("sch_mode", ())] = ("string", [(BASE + 20, "cruise")])
+    expected[("sch_count", ())] = ("int64", [(BASE + 20, 3)])
 
     def check_failed(failed: list[FailedElement]) -> None:
         by_element = {repr(f.element): f for f in failed}
@@ -146,7 +158,12 @@ def test_every_shape_round_trips_exactly_on_fn_api_runner(server: LocalServer) -
         # Good elements first: the conflicting string must meet an already pinned double series.
         good = p | "Good" >> beam.Create([*SIMPLE, *extra, conflict])
         bad_p = p | "Bad" >> beam.Create(bad)
-        elements = (good, bad_p) | beam.Flatten()
+        schemad = (
+            p
+            | "Schemad" >> beam.Create([Telemetry(BASE + 20, 21.5, "cruise", 3)]).with_output_types(Telemetry)
+            | beam.Select("timestamp", "sch_temp", "sch_mode", "sch_count")
+        )
+        elements = (good, bad_p, schemad) | beam.Flatten()
         result = elements | WriteToNominal(server.target, dataset_rid=rid)
         assert_that(result.failed, check_failed)
     assert_stored(server.store, rid, expected)
