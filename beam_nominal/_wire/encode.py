@@ -26,6 +26,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from beam_nominal._wire._proto.nominal.direct_channel_writer.v2 import (
+    direct_channel_writer_common_pb2 as common,
+)
 from beam_nominal._wire._varint import I64, U8, U64, encode_varints, varint_bytes, varint_lengths
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.model import SeriesKey, ValueType
@@ -430,29 +433,26 @@ def _uniform_double_rows(flat: npt.NDArray[Any], n: int, width: int) -> U8:
 
 
 def _string_array_points(i: int, batch: SeriesBatch, n: int) -> U8:
+    """StringArrayPoints body, built by upb.
+
+    upb's C ``extend`` and serialiser beat a numpy layout here (measured: 0.64 vs 0.41 M rows/s
+    at 32 strings per row, 2.8 vs 0.8 at 2), and its deterministic bytes are the same.
+    """
     rows = batch.values
     _checked_len(i, batch, n)
     for j, r in enumerate(rows):
         if isinstance(r, (str, bytes)) or not hasattr(r, "__len__"):
             raise TypeError(f"{_where(i, batch)}: values[{j}] must be a list of str, got {type(r).__name__}")
-    counts = np.fromiter(map(len, rows), dtype=np.int64, count=n)
-    flat = list(itertools.chain.from_iterable(rows))
+    sap = common.StringArrayPoints()
+    points = sap.points
     try:
-        entries, sizes = _string_entries(flat, 0x12)
-    except (TypeError, UnicodeEncodeError):
-        _check_strings(i, batch, flat, "values(flattened)")
+        for r in rows:
+            points.add().value.extend(r)
+    except (TypeError, ValueError):
+        for j, r in enumerate(rows):
+            _check_strings(i, batch, r, f"values[{j}]")
         raise
-    point_len = _segment_sums(sizes, counts)
-    # Rows hold many strings: a header per row spliced in by one bytes join beats a byte-mask
-    # interleave over the whole column.
-    mv = entries.data
-    parts: list[Any] = []
-    off = 0
-    for size in point_len.tolist():
-        parts.append(_T1 + varint_bytes(size))
-        parts.append(mv[off : off + size])
-        off += size
-    return np.frombuffer(b"".join(parts), dtype=np.uint8)
+    return np.frombuffer(sap.SerializeToString(deterministic=True), dtype=np.uint8)
 
 
 # ---------------------------------------------------------------------------------------------
