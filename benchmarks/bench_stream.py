@@ -5,6 +5,8 @@ NominalStream runs twice per shape:
 
 - ``avro``: to an Avro file in the same ``AvroStream`` format (our ``AvroFileTarget``): the same
   sink, so wall time compares like with like end to end, including each library's Avro writer;
+- ``encode only``: requests are encoded to wire bytes and dropped (a target whose ``send``
+  only reads ``request.body``): the client's own cost with no sink, for reading the others;
 - ``grpc``: to a ``beam-nominal serve`` subprocess on loopback over Nominal's
   ``WriteColumnBatches`` protocol, our production path. Only the client process's CPU is counted;
   the server competes for the same 2 cores in wall time, which counts against us.
@@ -126,12 +128,26 @@ def run_ns(path: Path, write: Callable[[Any], None]) -> None:
         write(stream)
 
 
+ACKED: dict[str, int] = {}
+
+
 def run_ours(target: Any, rid: str, write: Callable[[Any], None]) -> None:
     from beam_nominal.stream import NominalStream
 
     # linger=None: the Beam path's setting; cuts depend only on the data.
-    with NominalStream(target, dataset_rid=rid, linger=None) as stream:
-        write(stream)
+    stream = NominalStream(target, dataset_rid=rid, linger=None)
+    write(stream)
+    ACKED[rid] = stream.close().points
+
+
+class EncodeOnly:
+    """A target that encodes each request to its wire bytes and drops them."""
+
+    def send(self, request: Any, timeout: float | None = None) -> None:
+        request.body  # noqa: B018 - encoding is the work measured
+
+    def close(self) -> None:
+        pass
 
 
 class Server:
@@ -168,7 +184,7 @@ def _measure(fn: Callable[[], None]) -> tuple[float, float]:
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-CLIENTS = ("nominal-streaming", "NominalStream→avro", "NominalStream→grpc")
+CLIENTS = ("nominal-streaming", "NominalStream→avro", "NominalStream→grpc", "NominalStream→encode")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,10 +211,17 @@ def main(argv: list[str] | None = None) -> int:
                             run: Callable[[], None] = lambda p=path, w=write: run_ns(p, w)  # noqa: E731
                         elif client == "NominalStream→avro":
                             run = lambda p=path, r=rid, w=write: run_ours(p, r, w)  # noqa: E731
-                        else:
+                        elif client == "NominalStream→grpc":
                             run = lambda r=rid, w=write: run_ours(server.target, r, w)  # noqa: E731
+                        else:
+                            run = lambda r=rid, w=write: run_ours(EncodeOnly(), r, w)  # noqa: E731
                         results.setdefault((name, client), []).append(_measure(run))
-                        got = server.count(rid) if client == "NominalStream→grpc" else _count_avro(path)
+                        if client == "NominalStream→encode":
+                            got = ACKED[rid]  # nothing is stored: the stream's acknowledged count
+                        elif client == "NominalStream→grpc":
+                            got = server.count(rid)
+                        else:
+                            got = _count_avro(path)
                         if got != points:
                             bad.append(f"{client} {name} round {rnd}: {got} of {points} points delivered")
                         if path.exists():
@@ -209,9 +232,9 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
     print(
         "| shape | points | nominal-streaming M pts/s | ours→avro M pts/s (ratio) | ours→gRPC M pts/s (ratio) "
-        "| CPU s / M pts: ns, ours→avro, ours→gRPC |"
+        "| ours, encode only M pts/s (ratio) | CPU s / M pts: ns, ours→avro, ours→gRPC, ours encode only |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for name, (points, _) in shapes.items():
         rate = {c: points / statistics.median(w for w, _ in results[(name, c)]) for c in CLIENTS}
         cpu = {c: statistics.median(u for _, u in results[(name, c)]) / points * 1e6 for c in CLIENTS}
@@ -220,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
             f"| {name} | {points:,} | {ns / 1e6:.2f} "
             f"| {rate['NominalStream→avro'] / 1e6:.2f} ({rate['NominalStream→avro'] / ns:.2f}x) "
             f"| {rate['NominalStream→grpc'] / 1e6:.2f} ({rate['NominalStream→grpc'] / ns:.2f}x) "
-            f"| {cpu['nominal-streaming']:.3f}, {cpu['NominalStream→avro']:.3f}, {cpu['NominalStream→grpc']:.3f} |"
+            f"| {rate['NominalStream→encode'] / 1e6:.2f} ({rate['NominalStream→encode'] / ns:.2f}x) "
+            f"| {cpu['nominal-streaming']:.3f}, {cpu['NominalStream→avro']:.3f}, {cpu['NominalStream→grpc']:.3f}, "
+            f"{cpu['NominalStream→encode']:.3f} |"
         )
     print(f"delivery verified: {'all points, every run' if not bad else '; '.join(bad)}")
     return 1 if bad else 0
