@@ -137,15 +137,18 @@ def _utf8(strs: list[Any]) -> tuple[bytes, I64]:
     return raw, np.fromiter((len(s.encode("utf-8")) for s in strs), dtype=np.int64, count=n)
 
 
-def _string_entries(strs: list[Any], tag: int) -> tuple[U8, I64]:
-    """Repeated string field entries (``tag`` len utf-8) concatenated, and each entry's size.
+def _string_entries(strs: list[Any]) -> tuple[U8, I64]:
+    """Repeated string field 1 entries (``0a`` len utf-8) concatenated, and each entry's size.
 
     Fast path: join with a two-NUL separator before every string and encode once. Where no
     string holds a NUL, the NUL pairs are exactly the separators, their positions give every
     string's UTF-8 length, and, for strings shorter than 128 bytes, each pair is overwritten in
     place by the two-byte header (tag, length): no per-string Python work beyond the join.
+    Longer strings go through upb's serialiser (faster there: 360 vs 165 MB/s measured), with
+    sizes from the lengths.
     """
     n = len(strs)
+    blens: I64 | None = None
     if n:
         raw_sep = ("\0\0" + "\0\0".join(strs)).encode("utf-8")
         buf = np.frombuffer(raw_sep, dtype=np.uint8)
@@ -157,16 +160,15 @@ def _string_entries(strs: list[Any], tag: int) -> tuple[U8, I64]:
             blens[-1] = buf.shape[0] - starts[-1] - 2
             if int(blens.max()) < 0x80:
                 out = buf.copy()
-                out[starts] = tag
+                out[starts] = 0x0A
                 out[starts + 1] = blens
                 return out, blens + 2
-            keep = np.ones(buf.shape[0], dtype=np.bool_)
-            keep[nul] = False
-            hdr, hlens = _headers(tag, blens)
-            return _interleave(hdr, hlens, buf[keep], blens), hlens + blens
-    raw, blens = _utf8(strs)
-    hdr, hlens = _headers(tag, blens)
-    return _interleave(hdr, hlens, np.frombuffer(raw, dtype=np.uint8), blens), hlens + blens
+    if blens is None:
+        blens = _utf8(strs)[1]
+    points = common.StringPoints()
+    points.points.extend(strs)
+    body = np.frombuffer(points.SerializeToString(deterministic=True), dtype=np.uint8)
+    return body, blens + 1 + varint_lengths(blens.view(np.uint64))
 
 
 def _spread5(x: U64, out: U64, tmp: U64) -> U64:
@@ -558,7 +560,7 @@ def encode_request(dataset_rid: str, batches: Sequence[SeriesBatch], source_name
             _checked_len(i, batches[i], counts[i])
         flat = list(itertools.chain.from_iterable(batches[i].values for i in strs))
         try:
-            enc, sizes_per = _string_entries(flat, 0x0A)
+            enc, sizes_per = _string_entries(flat)
         except (TypeError, UnicodeEncodeError):
             for i in strs:
                 _check_strings(i, batches[i], batches[i].values, "values")
