@@ -474,6 +474,17 @@ _TAG_CACHE_SIZE = 100_000
 _MISSING = object()
 
 
+def _len2(buf: bytes, pos: int, end: int, where: str) -> tuple[int, int]:
+    """A varint known to have two bytes available at ``pos``: one- and two-byte forms inline."""
+    b0 = buf[pos]
+    if b0 < 0x80:
+        return b0, pos + 1
+    b1 = buf[pos + 1]
+    if b1 < 0x80:
+        return (b0 & 0x7F) | (b1 << 7), pos + 2
+    return _varint(buf, pos, end, where)
+
+
 def _walk_batch(buf: bytes, b: _Batch) -> tuple[int, list[tuple[int, int]]] | None:
     """Read a batch's key, find its timestamp runs and its value member: (field, spans) or None.
 
@@ -516,7 +527,10 @@ def _walk_batch(buf: bytes, b: _Batch) -> tuple[int, list[tuple[int, int]]] | No
         else:
             s, pos = _length(buf, pos, stop, where)
         if field == 1:
-            b.channel = _text(buf, s, pos, f"{where}.channel")
+            try:
+                b.channel = buf[s:pos].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DecodeError(f"{where}.channel: string is not valid UTF-8 ({exc.reason})") from None
         elif field == 2:
             entry = _TAG_CACHE.get(buf[s:pos], _MISSING)
             if entry is _MISSING:
@@ -535,8 +549,8 @@ def _walk_batch(buf: bytes, b: _Batch) -> tuple[int, list[tuple[int, int]]] | No
     if len(value_spans) == 1:
         # The usual shape: ColumnValues holding exactly one member, spanning all of it.
         s, e = value_spans[0]
-        if s < e and buf[s] in _MEMBER_KEYS:
-            n, p = _varint(buf, s + 1, e, where)
+        if s + 2 < e and buf[s] in _MEMBER_KEYS:
+            n, p = _len2(buf, s + 1, e, where)
             if p + n == e:
                 member = (buf[s] >> 3, p, e)
     if member is None:
@@ -546,8 +560,8 @@ def _walk_batch(buf: bytes, b: _Batch) -> tuple[int, list[tuple[int, int]]] | No
     field, s, e = member
     if field in (1, 3, 4):
         # Likewise a points message that is exactly one packed field 1.
-        if s < e and buf[s] == 0x0A:
-            n, p = _varint(buf, s + 1, e, where)
+        if s + 2 < e and buf[s] == 0x0A:
+            n, p = _len2(buf, s + 1, e, where)
             if p + n == e:
                 return field, [(p, e)]
         return field, _packed_field(buf, s, e, f"{where}.values")
@@ -716,6 +730,14 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
     batches: list[_Batch] = []
     pos = 0
     while pos < end:
+        if buf[pos] == 0x12 and pos + 3 < end:
+            # A ColumnBatch (the usual field), its length inline.
+            n, s = _len2(buf, pos + 1, end, "request")
+            pos = s + n
+            if pos > end:
+                raise DecodeError(f"request: field of {n} bytes runs past the end of its message")
+            batches.append(_Batch(len(batches), (s, pos)))
+            continue
         field, wt, pos = _tag(buf, pos, end, "request")
         if wt != 2 or field > 3:
             pos = _skip(buf, pos, end, field, wt, "request")
@@ -748,8 +770,6 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
         except MalformedBatchError as exc:
             malformed[b.index] = exc
         fast.append(b)
-    slow_ids = {id(b) for b in slow}
-    numbers = [t for t in numbers if id(t[0]) not in slow_ids]
     _all_numbers(buf, numbers)
     again = _all_timestamps(buf, fast, malformed)
     slow += again
@@ -765,8 +785,8 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
             )
             continue
         assert b.value_type is not None
-        out[b.index] = SeriesBatch(SeriesKey(b.channel, tuple(sorted(b.tags.items()))), b.value_type,
-                                   b.timestamps, b.values)
+        tags = tuple(sorted(b.tags.items())) if b.tags else ()
+        out[b.index] = SeriesBatch(SeriesKey(b.channel, tags), b.value_type, b.timestamps, b.values)
     for b in sorted(slow, key=lambda x: x.index):
         malformed.pop(b.index, None)
         try:
