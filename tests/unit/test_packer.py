@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._pipeline.packer import cut_requests
@@ -77,3 +79,37 @@ def test_cuts_are_deterministic_byte_for_byte() -> None:
     first, second = run(), run()
     assert len(first) > 3
     assert first == second
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=1, max_value=3000), min_size=1, max_size=40),
+    max_points=st.integers(min_value=1, max_value=5000),
+    max_kib=st.integers(min_value=1, max_value=64),
+)
+def test_every_point_in_exactly_one_request_in_order(sizes: list[int], max_points: int, max_kib: int) -> None:
+    buf = Buffer()
+    expected: dict[str, list[int]] = {}
+    cuts = []
+    for i, n in enumerate(sizes):
+        ch = f"c{i % 7}"  # some series get several chunks
+        s = buf.pin(ch, None, ValueType.DOUBLE)
+        start = len(expected.setdefault(ch, []))
+        ts = np.arange(start, start + n, dtype=np.int64)
+        buf.add_chunk(s, ts, ts.astype(np.float64), 24 * n)
+        expected[ch].extend(range(start, start + n))
+        cuts += cut_requests(
+            buf, dataset_rid="ri.x.1", max_bytes=max_kib * 1024, max_points=max_points, final=False, next_seq=len(cuts)
+        )
+    cuts += cut_requests(
+        buf, dataset_rid="ri.x.1", max_bytes=max_kib * 1024, max_points=max_points, final=True, next_seq=len(cuts)
+    )
+    assert buf.points == 0 and buf.nbytes == 0
+    got: dict[str, list[int]] = {}
+    for c in cuts:
+        assert 0 < c.request.points <= max_points
+        for b in c.request.batches:
+            got.setdefault(b.key.channel, []).extend(b.timestamps.tolist())
+            assert b.values.tolist() == [float(t) for t in b.timestamps.tolist()]
+    assert got == expected
+    assert [c.request.seq for c in cuts] == list(range(len(cuts)))
