@@ -32,7 +32,7 @@ import os
 import threading
 import urllib.parse
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
@@ -42,7 +42,8 @@ import numpy.typing as npt
 
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.errors import TargetError
-from beam_nominal.model import SeriesKey, ValueType
+from beam_nominal.model import SeriesKey
+from beam_nominal.targets._avro_block import BatchError, NotRepresentable, encode_records, long_bytes, string_bytes
 from beam_nominal.targets.base import Request
 
 try:
@@ -82,190 +83,28 @@ DATASET_RID_METADATA_KEY = "nominal.dataset_rid"
 _MAGIC = b"Obj\x01"
 _SYNC_SIZE = 16
 _CODECS = ("snappy", "deflate", "null")
-_INT64_MAX = 2**63 - 1
-_EXACT_DOUBLE = 2**53
 _INTEGERS = ("long", "double")
 # Errors a full disk or quota gives: space may come back, so the uploader should retry.
 _RETRYABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EINTR, errno.EAGAIN})
 
-# Union branch indexes as their one-byte zigzag longs, in the schema's union order.
-_B_DOUBLE, _B_STRING, _B_LONG, _B_DOUBLE_ARRAY, _B_STRING_ARRAY, _B_STRUCT = (
-    bytes([2 * i]) for i in range(6)
-)
-
-_U64 = npt.NDArray[np.uint64]
-
-
-# ---------------------------------------------------------------------------------------------
-# Encoding
-# ---------------------------------------------------------------------------------------------
-
-
-def _long(n: int) -> bytes:
-    """One Avro long: zigzag, then little-endian base-128 varint."""
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-# Short strings dominate (channel names, tags, array lengths): their length prefixes are looked up.
-_SMALL_LONGS = [_long(i) for i in range(1024)]
-
-
-def _len_prefix(n: int) -> bytes:
-    return _SMALL_LONGS[n] if n < 1024 else _long(n)
-
-
-def _string(s: str) -> bytes:
-    b = s.encode("utf-8")
-    return _len_prefix(len(b)) + b
-
-
-def _zigzag(values: npt.NDArray[np.int64]) -> _U64:
-    # int64 shifts wrap as Avro's zigzag expects; the view reinterprets without copying.
-    return ((values << 1) ^ (values >> 63)).view(np.uint64)
-
-
-def _varints(z: _U64, prefix: int | None = None) -> bytes:
-    """Varints of ``z`` concatenated, each optionally preceded by one ``prefix`` byte.
-
-    Builds an (n, width) byte matrix, one column per 7-bit group up to the widest value, and keeps
-    each row's leading bytes with a boolean mask (row-major, so order is kept).
-    """
-    n = z.shape[0]
-    lens = np.ones(n, dtype=np.int64)
-    rest = z >> np.uint64(7)
-    while True:
-        more = rest != 0
-        if not more.any():
-            break
-        lens += more
-        rest >>= np.uint64(7)
-    width = int(lens.max()) if n else 1
-    lead = 0 if prefix is None else 1
-    mat = np.empty((n, width + lead), dtype=np.uint8)
-    if prefix is not None:
-        mat[:, 0] = prefix
-    last = lens - 1
-    for k in range(width):
-        group = ((z >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
-        mat[:, lead + k] = group | ((last > k).astype(np.uint8) << 7)
-    keep = np.arange(width + lead) < (lens + lead)[:, None]
-    return mat[keep].tobytes()
-
-
-def _long_array(values: npt.NDArray[np.int64]) -> bytes:
-    n = values.shape[0]
-    if n == 0:
-        return b"\x00"
-    return _len_prefix(n) + _varints(_zigzag(values)) + b"\x00"
-
-
-def _double_items(values: npt.NDArray[np.float64]) -> bytes:
-    n = values.shape[0]
-    if n == 0:
-        return b"\x00"
-    return _len_prefix(n) + values.astype("<f8", copy=False).tobytes() + b"\x00"
-
-
-def _string_items(values: Sequence[str]) -> bytes:
-    if not values:
-        return b"\x00"
-    return _len_prefix(len(values)) + b"".join(map(_string, values)) + b"\x00"
-
-
-def _doubles(head: bytes, col: npt.NDArray[Any]) -> bytes:
-    # Each item is the branch byte then 8 little-endian bytes: one interleaved matrix.
-    n = col.shape[0]
-    mat = np.zeros((n, 9), dtype=np.uint8)
-    mat[:, 1:] = np.ascontiguousarray(col, dtype="<f8").view(np.uint8).reshape(n, 8)
-    return head + mat.tobytes() + b"\x00"
-
-
-def _encode_values(batch: SeriesBatch, integers: str) -> bytes:
-    vt = batch.value_type
-    vals = batch.values
-    n = len(batch.timestamps)
-    if len(vals) != n:
-        raise ValueError(f"{n} timestamps but {len(vals)} values")
-    head = _len_prefix(n)
-    if vt is ValueType.DOUBLE:
-        return _doubles(head, np.asarray(vals))
-    if vt is ValueType.INT64 or vt is ValueType.UINT64:
-        col = np.asarray(vals)
-        if vt is ValueType.UINT64 or col.dtype.kind == "u":
-            col = col.astype(np.uint64, copy=False)
-            if col.size and int(col.max()) > _INT64_MAX:
-                bad = int(col[int(np.argmax(col > np.uint64(_INT64_MAX)))])
-                raise _NotRepresentable(
-                    f"uint64 value {bad} is above 2**63 - 1 and cannot be an Avro long; it is not "
-                    "written as a double because that would round it",
-                    "uint64_out_of_range",
-                )
-        col = col.astype(np.int64, copy=False)
-        if integers == "double":
-            inexact = (col > _EXACT_DOUBLE) | (col < -_EXACT_DOUBLE)
-            if inexact.any():
-                bad = int(col[int(np.argmax(inexact))])
-                raise _NotRepresentable(
-                    f"integer {bad} is beyond 2**53 and would be rounded as a double "
-                    "(integers='double'); use integers='long' to keep it exact",
-                    "integer_not_exact",
-                )
-            return _doubles(head, col.astype(np.float64))
-        return head + _varints(_zigzag(col), prefix=_B_LONG[0]) + b"\x00"
-    if vt is ValueType.STRING:
-        return head + b"".join([_B_STRING + _string(s) for s in vals]) + b"\x00"
-    if vt is ValueType.STRUCT:
-        return head + b"".join([_B_STRUCT + _string(s) for s in vals]) + b"\x00"
-    if vt is ValueType.DOUBLE_ARRAY:
-        return head + b"".join([_B_DOUBLE_ARRAY + _double_items(np.asarray(a)) for a in vals]) + b"\x00"
-    if vt is ValueType.STRING_ARRAY:
-        return head + b"".join([_B_STRING_ARRAY + _string_items(a) for a in vals]) + b"\x00"
-    raise ValueError(f"value type {vt!r} has no Avro form")
-
-
-class _NotRepresentable(ValueError):
-    def __init__(self, message: str, code: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _encode_record(batch: SeriesBatch, integers: str) -> bytes:
-    key = batch.key
-    tags = (
-        _len_prefix(len(key.tags)) + b"".join(_string(k) + _string(v) for k, v in key.tags) + b"\x00"
-        if key.tags
-        else b"\x00"
-    )
-    return (
-        _string(key.channel)
-        + _long_array(np.asarray(batch.timestamps, dtype=np.int64))
-        + _encode_values(batch, integers)
-        + tags
-    )
-
-
-def _compress(codec: str, data: bytes) -> bytes:
+def _compress(codec: str, data: bytes) -> list[Any]:
+    """The block's data as buffers to write in order (no copy into one bytes object)."""
     if codec == "snappy":
         # Avro's snappy framing: raw snappy, then the big-endian CRC-32 of the uncompressed bytes.
-        return bytes(cramjam.snappy.compress_raw(data)) + zlib.crc32(data).to_bytes(4, "big")
+        # cramjam's own buffer is written as is: copying it to bytes cost as much as compressing.
+        return [memoryview(cramjam.snappy.compress_raw(data)), zlib.crc32(data).to_bytes(4, "big")]
     if codec == "deflate":
         c = zlib.compressobj(6, zlib.DEFLATED, -15)
-        return c.compress(data) + c.flush()
-    return data
+        return [c.compress(data) + c.flush()]
+    return [data]
 
 
 def _header(codec: str, dataset_rid: str | None, sync: bytes) -> bytes:
     meta = {"avro.schema": AVRO_STREAM_SCHEMA_JSON.encode(), "avro.codec": codec.encode()}
     if dataset_rid is not None:
         meta[DATASET_RID_METADATA_KEY] = dataset_rid.encode("utf-8")
-    body = b"".join(_string(k) + _len_prefix(len(v)) + v for k, v in meta.items())
-    return _MAGIC + _long(len(meta)) + body + b"\x00" + sync
+    body = b"".join(string_bytes(k) + long_bytes(len(v)) + v for k, v in meta.items())
+    return _MAGIC + long_bytes(len(meta)) + body + b"\x00" + sync
 
 
 # ---------------------------------------------------------------------------------------------
@@ -500,34 +339,34 @@ class AvroFileTarget:
         """One Avro block (count, size, data, sync) holding a record per non-empty batch.
 
         Returns:
-            The block bytes and the number of points in it.
+            The block bytes (empty when no batch has points) and the number of points in it.
 
         Raises:
             TargetError: permanent; a value Avro cannot hold (see the module docs).
         """
-        records = []
-        points = 0
-        for i, b in enumerate(batches):
-            if len(b) == 0:
-                continue
-            try:
-                records.append(_encode_record(b, self._integers))
-            except _NotRepresentable as exc:
+        parts, points = self._block_parts(batches)
+        return b"".join(parts), points
+
+    def _block_parts(self, batches: Iterable[SeriesBatch]) -> tuple[list[Any], int]:
+        try:
+            data, records, points = encode_records(batches, self._integers)
+        except BatchError as err:
+            b, exc = err.batch, err.cause
+            if isinstance(exc, NotRepresentable):
                 raise TargetError(
-                    f"batches[{i}] series {b.key.describe()}: {exc}", retryable=False, code=exc.code
+                    f"batches[{err.index}] series {b.key.describe()}: {exc}", retryable=False, code=exc.code
                 ) from None
-            except (ValueError, TypeError, UnicodeEncodeError) as exc:
-                raise TargetError(
-                    f"batches[{i}] series {b.key.describe()} ({b.value_type.value}) is not writable as Avro: "
-                    f"{exc}",
-                    retryable=False,
-                    code="invalid_request",
-                ) from None
-            points += len(b)
+            raise TargetError(
+                f"batches[{err.index}] series {b.key.describe()} ({b.value_type.value}) is not writable as "
+                f"Avro: {exc}",
+                retryable=False,
+                code="invalid_request",
+            ) from None
         if not records:
-            return b"", 0
-        data = _compress(self._codec, b"".join(records))
-        return _long(len(records)) + _long(len(data)) + data + self._sync, points
+            return [], 0
+        body = _compress(self._codec, data)
+        size = sum(len(p) for p in body)
+        return [long_bytes(records) + long_bytes(size), *body, self._sync], points
 
     def send(self, request: Request, timeout: float | None = None) -> None:
         """Append the request as one block and fsync it.
@@ -545,7 +384,7 @@ class AvroFileTarget:
                 code="dataset_mismatch",
             )
         self._check_open()
-        block, points = self.encode_block(request.batches)
+        block, points = self._block_parts(request.batches)
         if not block:
             return
         if not self._cond.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
@@ -583,13 +422,21 @@ class AvroFileTarget:
                 code="broken",
             )
 
-    def _append(self, block: bytes) -> None:
+    def _append(self, block: list[Any]) -> None:
         start = self._size
-        view = memoryview(block)
+        total = sum(len(p) for p in block)
+        views = [memoryview(p).cast("B") for p in block]
         try:
-            while view:
-                written = os.pwrite(self._fd, view, start + len(block) - len(view))
-                view = view[written:]
+            at = start
+            while views:
+                # One system call for the whole block; a short write resumes where it stopped.
+                written = os.pwritev(self._fd, views, at)
+                at += written
+                while views and written >= len(views[0]):
+                    written -= len(views[0])
+                    views.pop(0)
+                if views and written:
+                    views[0] = views[0][written:]
         except OSError as exc:
             try:
                 # Cut the partial block off so the file stays a valid container.
@@ -597,11 +444,11 @@ class AvroFileTarget:
             except OSError as cut:
                 self._broken = f"could not remove a partly written block ({cut})"
             raise TargetError(
-                f"writing {len(block)} bytes to {self._path} failed: {exc}",
+                f"writing {total} bytes to {self._path} failed: {exc}",
                 retryable=exc.errno in _RETRYABLE_ERRNOS and self._broken is None,
                 code=errno.errorcode.get(exc.errno or 0, "OSError"),
             ) from exc
-        self._size = start + len(block)
+        self._size = start + total
 
     def _sync_or_break(self) -> None:
         try:
