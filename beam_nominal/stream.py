@@ -19,6 +19,7 @@ series.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import logging
 import os
@@ -487,6 +488,8 @@ class NominalStream:
             as ``fallback_points``, not as delivered; flush/close then do not raise for them.
         batch, upload, retry: settings objects; or give their fields directly as keywords
             (``max_request_bytes=``, ``linger=``, ``max_in_flight=``, ``max_attempts=`` ...).
+            A target with an int attribute ``preferred_request_bytes`` sets the request size
+            unless ``max_request_bytes=`` is given as a keyword (bounded by half the buffer).
         source_name: optional source name carried by every request.
         ca_file: trusted roots for ``grpcs`` URLs (system roots by default).
         clock: monotonic clock in seconds (injectable for tests of linger and timeouts).
@@ -527,6 +530,13 @@ class NominalStream:
         upload = _merge(upload, UploadSettings, groups)
         retry = _merge(retry, RetrySettings, groups)
         made, owns = _make_target(target, dataset_rid, token, ca_file)
+        preferred = getattr(made, "preferred_request_bytes", None)
+        if isinstance(preferred, int) and "max_request_bytes" not in groups.get(BatchSettings, {}):
+            # A target without a message-size limit (a file) may take bigger requests, which
+            # amortise its per-series costs; one behind a small limit may ask for smaller ones.
+            # An explicit max_request_bytes keyword wins.
+            size = max(1024, min(preferred, upload.max_buffered_bytes // 2))
+            batch = dataclasses.replace(batch, max_request_bytes=size)
         try:
             if fallback is not None:
                 from beam_nominal.targets.compose import with_fallback
@@ -901,8 +911,6 @@ class _CloseOnlyFallback:
 
 
 def _merge(given: Any, cls: type[Any], groups: dict[type[Any], dict[str, Any]]) -> Any:
-    import dataclasses
-
     overrides = groups.get(cls, {})
     if given is None:
         return cls(**overrides)

@@ -129,3 +129,18 @@ def test_with_fallback_wrapper_object_is_used_by_the_uploader(tmp_path) -> None:
         s.enqueue("a", 1, 1.0)
         assert s.flush().fallback_points == 1
     wrapped.close()
+
+
+class _SmallRequests(RecordingTarget):
+    preferred_request_bytes = 64 * 1024
+
+
+def test_a_target_may_prefer_a_request_size_and_a_keyword_overrides_it() -> None:
+    target = _SmallRequests()
+    with NominalStream(target, dataset_rid="ri.x.1", linger=None) as s:
+        s.enqueue_batch("a", np.arange(20_000), np.ones(20_000))
+    assert len(target.acked) > 4 and all(len(r.body) <= 64 * 1024 for r in target.acked)
+    target = _SmallRequests()
+    with NominalStream(target, dataset_rid="ri.x.1", linger=None, max_request_bytes=1 << 20) as s:
+        s.enqueue_batch("a", np.arange(20_000), np.ones(20_000))
+    assert len(target.acked) == 1
