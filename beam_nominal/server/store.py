@@ -2,20 +2,22 @@
 
 Layout under the data dir::
 
-    DIR/<dataset_rid>/commits/<seq>-<tag>/      one directory per accepted request
-        manifest.json                           series, counts, row offsets, idempotency key
-        <value_type>.parquet                    one file per value type present in the request
-    DIR/<dataset_rid>/staging/<random>/         a commit being written; never read
+    DIR/<dataset_rid>/commits/<seq>-<tag>.parquet   one file per accepted request
+    DIR/<dataset_rid>/staging/<random>.parquet      a commit being written; never read
 
 (rids over 200 characters, beyond file name limits, live in ``DIR/~h-<sha256 of rid>/`` with a
 ``dataset.json`` naming the rid.)
 
-A commit is built in ``staging`` (files written and fsynced), then published by one ``rename`` into
-``commits`` followed by an fsync of that directory. A request is therefore stored entirely or not
-at all, and the idempotency key travels in the same manifest as the data it names, so a key is
-recorded exactly when its data is. Leftover staging directories (a crash mid-write) are removed on
-start. The Parquet files hold columns ``channel``, ``tags`` (sorted-key JSON), ``timestamp`` (int64
-ns) and ``value``; ``SELECT * FROM 'DIR/<rid>/commits/*/double.parquet'`` works in DuckDB.
+A commit is one Parquet file: columns ``channel``, ``tags`` (sorted-key JSON), ``timestamp``
+(int64 ns) and one ``value_<type>`` column per value type in the request (rows grouped by type,
+null outside their type's rows), and the manifest (series, counts, bounds, idempotency key) as
+JSON in the file's key-value metadata, so the index is rebuilt from footers alone. The file is
+written and fsynced in ``staging``, then published by one ``rename`` into ``commits`` and an fsync
+of that directory (shared by the commits renamed before it started). A request is therefore stored
+entirely or not at all, and its idempotency key is durable exactly when its data is. Leftovers
+in ``staging`` (a crash mid-write) are removed on start. DuckDB reads the data directly:
+``SELECT channel, timestamp, value_double FROM read_parquet('DIR/<rid>/commits/*.parquet',
+union_by_name=true) WHERE value_double IS NOT NULL``.
 """
 
 from __future__ import annotations
@@ -45,16 +47,16 @@ from beam_nominal.model import MAX_NAME_CHARS, SeriesKey, ValueType
 
 __all__ = ["InvalidRequestError", "LocalStore", "SeriesInfo", "check_dataset_rid"]
 
-_MANIFEST = "manifest.json"
+_MANIFEST_KEY = "beam_nominal.manifest"
 _COMMITS = "commits"
 _STAGING = "staging"
-_FORMAT = 1
+_FORMAT = 2
 _DATASET_FILE = "dataset.json"
 # Directory names of rids too long for a file name (~ is not a rid character, so no clash).
 _HASHED_PREFIX = "~h-"
 _MAX_DIR_NAME = 200
 _RID_RE = re.compile(r"[A-Za-z0-9._:-]+")
-_COMMIT_RE = re.compile(r"(\d{12})-[0-9a-z]+")
+_COMMIT_RE = re.compile(r"(\d{12})-[0-9a-z]+\.parquet")
 
 _ARROW_TYPES: dict[ValueType, pa.DataType] = {
     ValueType.DOUBLE: pa.float64(),
@@ -152,15 +154,9 @@ def _tags_json(tags: tuple[tuple[str, str], ...]) -> str:
 # In-memory index, rebuilt from manifests
 # ---------------------------------------------------------------------------------------------
 
-
-@dataclasses.dataclass(slots=True)
-class _Segment:
-    """Rows ``[offset, offset + count)`` of ``<commit>/<type>.parquet`` belong to one series."""
-
-    seq: int
-    commit: str
-    offset: int
-    count: int
+# Rows ``[offset, offset + count)`` of commit file ``commit`` (sequence number ``seq``) belong to
+# one series: (seq, commit, offset, count). Plain tuples: thousands are made per commit.
+_Segment = tuple[int, str, int, int]
 
 
 @dataclasses.dataclass(slots=True)
@@ -176,22 +172,78 @@ class _Series:
 _Entry = tuple[SeriesKey, ValueType, int, int, int, int]
 
 
-def _entries(tag_sets: list[dict[str, str]], series: Mapping[str, list[Any]]) -> list[_Entry]:
-    """The manifest's column-wise series table as entries."""
-    tags = [tuple(sorted(t.items())) for t in tag_sets]
+def _entries(manifest: Mapping[str, Any]) -> list[_Entry]:
+    """The manifest's column-wise series table as entries (rows of a commit are contiguous per
+    series, in manifest order, so offsets are the running sum of counts)."""
+    tags = [tuple(sorted(t.items())) for t in manifest["tag_sets"]]
+    series = manifest["series"]
+    counts = series["count"]
+    offsets = itertools.accumulate(counts, initial=0)
+    types = itertools.chain.from_iterable(itertools.repeat(ValueType(vt), n) for vt, n in manifest["types"])
     return [
-        (SeriesKey(c, tags[t]), ValueType(vt), n, lo, hi, off)
+        (SeriesKey(c, tags[t]), vt, n, lo, hi, off)
         for c, t, vt, n, lo, hi, off in zip(
-            series["channel"],
-            series["tags"],
-            series["type"],
-            series["count"],
-            series["min"],
-            series["max"],
-            series["offset"],
-            strict=True,
+            series["channel"], series["tags"], types, counts, series["min"], series["max"], offsets, strict=False
         )
     ]
+
+
+class _GroupSync:
+    """One fsync of a directory for every rename that completed before it started.
+
+    A writer joins the open round after its rename and waits for that round's fsync. The first
+    waiter to find no fsync running runs it for the whole round; renames landing meanwhile join
+    the next round. So with requests in flight, one directory fsync acknowledges several
+    commits, and each reply still follows a durable rename of its own.
+    """
+
+    class _Round:
+        __slots__ = ("done", "error")
+
+        def __init__(self) -> None:
+            self.done = False
+            self.error: OSError | None = None
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._cond = threading.Condition()
+        self._open = self._Round()
+        self._running = False
+
+    def join(self) -> _GroupSync._Round:
+        """Call after the rename: the round whose fsync makes it durable."""
+        with self._cond:
+            return self._open
+
+    def wait(self, mine: _GroupSync._Round) -> None:
+        """Return once ``mine``'s fsync succeeded.
+
+        Raises:
+            OSError: that fsync failed (every writer of the round gets the error).
+        """
+        with self._cond:
+            while not mine.done and self._running:
+                self._cond.wait()
+            if not mine.done:
+                # No fsync running and ours not done: ours is the open round; run it.
+                assert mine is self._open
+                self._open = self._Round()
+                self._running = True
+                lead = True
+            else:
+                lead = False
+        if lead:
+            try:
+                _fsync_dir(self.path)
+            except OSError as exc:
+                mine.error = exc
+            finally:
+                with self._cond:
+                    mine.done = True
+                    self._running = False
+                    self._cond.notify_all()
+        if mine.error is not None:
+            raise mine.error
 
 
 class _Dataset:
@@ -214,19 +266,22 @@ class _Dataset:
         self.pending_keys: set[str] = set()
         # Set once the writer has made sure ``commits`` and ``staging`` exist.
         self.ready = False
+        self.sync = _GroupSync(root / _COMMITS)
 
     def load_commit(self, name: str) -> None:
-        """Fold one committed directory into the index (caller holds ``cond``)."""
+        """Fold one committed file into the index (caller holds ``cond``)."""
         m = _COMMIT_RE.fullmatch(name)
         if m is None or name in self.commits:
             return
         try:
-            manifest = json.loads((self.root / _COMMITS / name / _MANIFEST).read_text("utf-8"))
-        except (OSError, ValueError):
-            # A commit directory is only ever published complete; an unreadable one was damaged
+            # Footer only: the manifest is in the key-value metadata.
+            meta = pq.read_metadata(self.root / _COMMITS / name).metadata or {}
+            manifest = json.loads(meta[_MANIFEST_KEY.encode()])
+            entries = _entries(manifest)
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+            # A commit file is only ever published complete; an unreadable one was damaged
             # outside the server. Skipping it keeps the rest of the dataset readable.
             return
-        entries = _entries(manifest["tag_sets"], manifest["series"])
         self.apply(name, int(m.group(1)), manifest.get("idempotency_key"), entries)
 
     def apply(self, name: str, seq: int, key: str | None, entries: Sequence[_Entry]) -> None:
@@ -242,12 +297,14 @@ class _Dataset:
         for skey, vt, count, lo, hi, offset in entries:
             state = series.get(skey)
             if state is None:
-                state = series[skey] = _Series(vt, count, lo, hi)
+                series[skey] = _Series(vt, count, lo, hi, [(seq, name, offset, count)])
             else:
                 state.count += count
-                state.min_ts = min(state.min_ts, lo)
-                state.max_ts = max(state.max_ts, hi)
-            state.segments.append(_Segment(seq, name, offset, count))
+                if lo < state.min_ts:
+                    state.min_ts = lo
+                if hi > state.max_ts:
+                    state.max_ts = hi
+                state.segments.append((seq, name, offset, count))
 
     def refresh(self) -> None:
         """Load commits published since the last look (by this or another process)."""
@@ -299,6 +356,86 @@ def _codes(items: list[Any]) -> tuple[list[Any], npt.NDArray[np.int32]]:
     return distinct, np.fromiter(map(index.__getitem__, items), dtype=np.int32, count=len(items))
 
 
+def _value_column(vt: ValueType) -> str:
+    return f"value_{vt.value}"
+
+
+def _build_commit(batches: Sequence[SeriesBatch], meta: dict[str, Any]) -> tuple[pa.Table, list[_Entry], bytes]:
+    """One commit's table (all series, all types), its series entries and its manifest.
+
+    Requests carry thousands of short series, so the per-series work is a few passes of C-level
+    ``map``/``zip`` over the batches; everything per point is one numpy or Arrow operation over
+    the whole request: the name columns are dictionary arrays built from per-series codes.
+    """
+    by_type: dict[ValueType, list[SeriesBatch]] = {}
+    for b in batches:
+        if len(b.timestamps):
+            by_type.setdefault(b.value_type, []).append(b)
+    group_list = list(by_type.items())
+    ordered = group_list[0][1] if len(group_list) == 1 else [b for _, g in group_list for b in g]
+    keys: list[SeriesKey] = [b.key for b in ordered]
+    stamps = [b.timestamps for b in ordered]
+    counts = np.fromiter(map(len, stamps), dtype=np.int64, count=len(ordered))
+    starts = np.zeros(len(ordered), dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    ts = np.concatenate(stamps).astype(np.int64, copy=False)
+    channels, chan_codes = _codes([k.channel for k in keys])
+    tag_sets, tag_codes = _codes([k.tags for k in keys])
+    columns: dict[str, pa.Array] = {
+        "channel": pa.DictionaryArray.from_arrays(
+            pa.array(np.repeat(chan_codes, counts)), pa.array(channels, type=pa.string())
+        ),
+        "tags": pa.DictionaryArray.from_arrays(
+            pa.array(np.repeat(tag_codes, counts)), pa.array([_tags_json(t) for t in tag_sets], type=pa.string())
+        ),
+        "timestamp": pa.array(ts, type=pa.int64()),
+    }
+    rows = int(ts.shape[0])
+    first = 0
+    for vt, group in group_list:
+        values = _value_array(vt, group)
+        n = len(values)
+        if len(group_list) > 1:
+            # Other types' rows are null in this type's column.
+            values = pa.concat_arrays(
+                [pa.nulls(first, _ARROW_TYPES[vt]), values, pa.nulls(rows - first - n, _ARROW_TYPES[vt])]
+            )
+        columns[_value_column(vt)] = values
+        first += n
+    mins = np.minimum.reduceat(ts, starts).tolist() if rows else []
+    maxs = np.maximum.reduceat(ts, starts).tolist() if rows else []
+    count_list = counts.tolist()
+    type_runs = [[vt.value, len(g)] for vt, g in group_list]
+    entries = list(
+        zip(
+            keys,
+            itertools.chain.from_iterable(itertools.repeat(vt, len(g)) for vt, g in group_list),
+            count_list,
+            mins,
+            maxs,
+            starts.tolist(),
+            strict=False,
+        )
+    )
+    # Column-wise: one JSON list per field is several times faster to write and read than one
+    # object per series. Offsets are not stored: they are the running sum of counts.
+    manifest = {
+        **meta,
+        "format": _FORMAT,
+        "tag_sets": [dict(t) for t in tag_sets],
+        "types": type_runs,
+        "series": {
+            "channel": [k.channel for k in keys],
+            "tags": tag_codes.tolist(),
+            "count": count_list,
+            "min": mins,
+            "max": maxs,
+        },
+    }
+    body = json.dumps(manifest, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return pa.table(columns), entries, body
+
+
 def _write_durably(path: Path, write: Any) -> None:
     with open(path, "xb") as f:
         write(f)
@@ -306,69 +443,23 @@ def _write_durably(path: Path, write: Any) -> None:
         os.fsync(f.fileno())
 
 
-def _write_staging(staging: Path, batches: Sequence[SeriesBatch], meta: dict[str, Any]) -> list[_Entry]:
-    """Write all files of one commit into ``staging``, fsynced; returns its series entries.
+def _write_commit_file(path: Path, table: pa.Table, manifest: bytes) -> None:
+    """Write one commit file and make its bytes durable.
 
-    Requests carry thousands of short series, so the per-series work is a few passes of C-level
-    ``map``/``zip`` over the batches; everything per point is numpy or Arrow.
+    Written through Arrow's own file stream given a path (a Python file object would take the
+    GIL for every write), then fsynced through a second descriptor: fsync applies to the file,
+    whichever descriptor names it.
     """
-    by_type: dict[ValueType, list[SeriesBatch]] = {}
-    for b in batches:
-        if len(b.timestamps):
-            by_type.setdefault(b.value_type, []).append(b)
-    entries: list[_Entry] = []
-    for vt, group in by_type.items():
-        keys: list[SeriesKey] = [b.key for b in group]
-        stamps = [b.timestamps for b in group]
-        counts = np.fromiter(map(len, stamps), dtype=np.int64, count=len(group))
-        starts = np.zeros(len(group), dtype=np.int64)
-        np.cumsum(counts[:-1], out=starts[1:])
-        ts = np.concatenate(stamps).astype(np.int64, copy=False)
-        # Name columns are dictionary arrays built from per-series codes: no per-row hashing.
-        channels, chan_codes = _codes([k.channel for k in keys])
-        tag_sets, tag_codes = _codes([k.tags for k in keys])
-        table = pa.table(
-            {
-                "channel": pa.DictionaryArray.from_arrays(
-                    pa.array(np.repeat(chan_codes, counts)), pa.array(channels, type=pa.string())
-                ),
-                "tags": pa.DictionaryArray.from_arrays(
-                    pa.array(np.repeat(tag_codes, counts)),
-                    pa.array([_tags_json(t) for t in tag_sets], type=pa.string()),
-                ),
-                "timestamp": pa.array(ts, type=pa.int64()),
-                "value": _value_array(vt, group),
-            }
-        )
-        _write_durably(staging / f"{vt.value}.parquet", lambda f, t=table: pq.write_table(t, f, **_PARQUET_OPTIONS))
-        entries.extend(
-            zip(
-                keys,
-                itertools.repeat(vt),
-                counts.tolist(),
-                np.minimum.reduceat(ts, starts).tolist(),
-                np.maximum.reduceat(ts, starts).tolist(),
-                starts.tolist(),
-                strict=False,
-            )
-        )
-    # Column-wise: one JSON list per field is several times faster to write and read than one
-    # object per series.
-    all_tags, all_tag_codes = _codes([e[0].tags for e in entries])
-    series = {
-        "channel": [e[0].channel for e in entries],
-        "tags": all_tag_codes.tolist(),
-        "type": [e[1].value for e in entries],
-        "count": [e[2] for e in entries],
-        "min": [e[3] for e in entries],
-        "max": [e[4] for e in entries],
-        "offset": [e[5] for e in entries],
-    }
-    manifest = {**meta, "format": _FORMAT, "tag_sets": [dict(t) for t in all_tags], "series": series}
-    body = json.dumps(manifest, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    _write_durably(staging / _MANIFEST, lambda f: f.write(body))
-    _fsync_dir(staging)
-    return entries
+    with pq.ParquetWriter(str(path), table.schema, **_PARQUET_OPTIONS) as writer:
+        writer.write_table(table, row_group_size=max(1, table.num_rows))
+        writer.add_key_value_metadata({_MANIFEST_KEY: manifest.decode("utf-8")})
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        # fdatasync still flushes the size and block map (what reading the data needs); the
+        # name becomes durable with the rename and the directory fsync.
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,11 +570,11 @@ class LocalStore:
         ds, _key, state = self._find(dataset_rid, channel, tags)
         with ds.cond:
             vt = state.value_type
-            segments = sorted(state.segments, key=lambda s: s.seq)
+            segments = sorted(state.segments)
         parts: list[pa.Table] = []
-        for commit, segs in itertools.groupby(segments, key=lambda s: s.commit):
+        for commit, segs in itertools.groupby(segments, key=lambda s: s[1]):
             table = _read_file(ds, commit, vt)
-            parts.extend(table.slice(s.offset, s.count) for s in segs)
+            parts.extend(table.slice(offset, count) for _seq, _c, offset, count in segs)
         return _assemble(parts, vt)
 
     def read_all(self, dataset_rid: str) -> dict[SeriesKey, pa.Table]:
@@ -499,23 +590,24 @@ class LocalStore:
             return {}
         ds.refresh()
         with ds.cond:
-            items = [(k, s.value_type, sorted(s.segments, key=lambda g: g.seq)) for k, s in ds.series.items()]
+            items = [(k, s.value_type, sorted(s.segments)) for k, s in ds.series.items()]
         files: dict[tuple[str, ValueType], pa.Table] = {}
         out: dict[SeriesKey, pa.Table] = {}
         for key, vt, segments in sorted(items, key=lambda item: item[0]):
             parts = []
-            for seg in segments:
-                table = files.get((seg.commit, vt))
+            for _seq, commit, offset, count in segments:
+                table = files.get((commit, vt))
                 if table is None:
-                    table = files[(seg.commit, vt)] = _read_file(ds, seg.commit, vt)
-                parts.append(table.slice(seg.offset, seg.count))
+                    table = files[(commit, vt)] = _read_file(ds, commit, vt)
+                parts.append(table.slice(offset, count))
             out[key] = _assemble(parts, vt)
         return out
 
 
 def _read_file(ds: _Dataset, commit: str, vt: ValueType) -> pa.Table:
-    path = ds.root / _COMMITS / commit / f"{vt.value}.parquet"
-    return pq.ParquetFile(path, memory_map=True).read(columns=["timestamp", "value"])
+    path = ds.root / _COMMITS / commit
+    table = pq.ParquetFile(path, memory_map=True).read(columns=["timestamp", _value_column(vt)])
+    return table.rename_columns(["timestamp", "value"])
 
 
 def _assemble(parts: list[pa.Table], vt: ValueType) -> pa.Table:
@@ -545,7 +637,10 @@ class _Committer:
             if staging.is_dir():
                 # A crash left a half-written commit: it was never acknowledged.
                 for leftover in staging.iterdir():
-                    shutil.rmtree(leftover, ignore_errors=True)
+                    if leftover.is_dir():
+                        shutil.rmtree(leftover, ignore_errors=True)
+                    else:
+                        leftover.unlink(missing_ok=True)
             ds = self.store._dataset(rid, create=True)
             assert ds is not None
             ds.refresh()
@@ -565,28 +660,14 @@ class _Committer:
                 another batch's type; names the batch index and channel.
         """
         check_dataset_rid(rid)
-        types: dict[SeriesKey, tuple[ValueType, int]] = {}
-        for i, b in enumerate(batches):
-            _check_names(i, b.key)
-            if len(b.values) != len(b.timestamps):
-                raise MalformedBatchError(
-                    i, b.key.channel, f"{len(b.timestamps)} timestamps but {len(b.values)} values"
-                )
-            first = types.setdefault(b.key, (b.value_type, i))
-            if first[0] is not b.value_type:
-                raise MalformedBatchError(
-                    i,
-                    b.key.channel,
-                    f"value type {b.value_type.value} disagrees with batches[{first[1]}] of the same series "
-                    f"({first[0].value})",
-                )
-        if not any(len(b) for b in batches):
+        types = _validate(batches)
+        if not any(map(len, batches)):
             # Nothing to store, and a type is pinned by a first value; but an empty batch that
             # contradicts a stored type is still an error.
             existing = self.store._dataset(rid)
             if existing is not None:
                 with existing.cond:
-                    self._busy(existing, types, None)
+                    self._busy(existing, types, None, batches)
             return True
         ds = self.store._dataset(rid, create=True)
         assert ds is not None
@@ -597,17 +678,21 @@ class _Committer:
         return True
 
     @staticmethod
-    def _busy(ds: _Dataset, types: Mapping[SeriesKey, tuple[ValueType, int]], key: str | None) -> bool:
+    def _busy(
+        ds: _Dataset, types: Mapping[SeriesKey, ValueType], key: str | None, batches: Sequence[SeriesBatch]
+    ) -> bool:
         """Whether to wait for writes in progress (caller holds ``ds.cond``).
 
         Raises:
             MalformedBatchError: a type conflicting with a stored series.
         """
         busy = key is not None and key in ds.pending_keys
-        for skey, (vt, i) in types.items():
-            stored = ds.series.get(skey)
+        series, pending_types = ds.series, ds.pending_types
+        for skey, vt in types.items():
+            stored = series.get(skey)
             if stored is not None:
                 if stored.value_type is not vt:
+                    i = next(i for i, b in enumerate(batches) if b.key == skey)
                     raise MalformedBatchError(
                         i,
                         skey.channel,
@@ -615,7 +700,7 @@ class _Committer:
                         f"{stored.value_type.value} of series {skey.describe()}",
                     )
                 continue
-            pending = ds.pending_types.get(skey)
+            pending = pending_types.get(skey)
             if pending is not None and pending[0] is not vt:
                 busy = True
         return busy
@@ -625,7 +710,7 @@ class _Committer:
         self,
         ds: _Dataset,
         batches: Sequence[SeriesBatch],
-        types: Mapping[SeriesKey, tuple[ValueType, int]],
+        types: Mapping[SeriesKey, ValueType],
         key: str | None,
     ) -> Iterator[bool]:
         """Claim the idempotency key and pin new series types for the duration of one write.
@@ -636,12 +721,12 @@ class _Committer:
         with ds.cond:
             # Wait while a write of the same key, or one pinning a type we disagree with, is in
             # progress: its outcome decides whether we are a duplicate or a conflict.
-            while not (duplicate := key is not None and key in ds.keys) and self._busy(ds, types, key):
+            while not (duplicate := key is not None and key in ds.keys) and self._busy(ds, types, key, batches):
                 ds.cond.wait()
             if not duplicate:
                 if key is not None:
                     ds.pending_keys.add(key)
-                for skey, (vt, _i) in types.items():
+                for skey, vt in types.items():
                     if skey not in ds.series:
                         pinned = ds.pending_types.get(skey)
                         ds.pending_types[skey] = (vt, (pinned[1] if pinned else 0) + 1)
@@ -678,8 +763,7 @@ class _Committer:
                 _fsync_dir(self.data_dir)
             (ds.root / _STAGING).mkdir(exist_ok=True)
             ds.ready = True
-        staging = ds.root / _STAGING / uuid.uuid4().hex
-        staging.mkdir()
+        staging = ds.root / _STAGING / f"{uuid.uuid4().hex}.parquet"
         try:
             meta = {
                 "dataset_rid": ds.rid,
@@ -687,25 +771,63 @@ class _Committer:
                 "source_name": source_name,
                 "written_ns": time.time_ns(),
             }
-            entries = _write_staging(staging, batches, meta)
-            # The big files are written without the lock; numbering and renaming take it so
-            # commit order (= arrival order for readers) follows the sequence numbers.
+            table, entries, manifest = _build_commit(batches, meta)
+            _write_commit_file(staging, table, manifest)
+            del table
+            tag = hashlib.sha256(key.encode("utf-8")).hexdigest()[:32] if key is not None else uuid.uuid4().hex
+            # The file is written without the lock; numbering and renaming take it so commit
+            # order (= arrival order for readers) follows the sequence numbers.
             with ds.cond:
                 seq = ds.next_seq
                 ds.next_seq += 1  # even if publishing fails below, the number is never reused
-                tag = hashlib.sha256(key.encode("utf-8")).hexdigest()[:32] if key is not None else uuid.uuid4().hex
-                name = f"{seq:012d}-{tag}"
+                name = f"{seq:012d}-{tag}.parquet"
                 os.rename(staging, commits / name)
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            staging.unlink(missing_ok=True)
             raise
         try:
-            # Outside the lock: concurrent commits fsync together (the filesystem batches them
-            # into one journal commit) instead of queueing behind each other. The reply waits
-            # for it, so nothing is acknowledged before its rename is durable.
-            _fsync_dir(commits)
+            # Outside the lock, and shared: one directory fsync covers every commit renamed
+            # before it started. The reply waits for it, so nothing is acknowledged before its
+            # rename is durable.
+            ds.sync.wait(ds.sync.join())
         finally:
             # Renamed means visible to readers; index it even if the fsync failed so a retry of
             # the same key is not stored twice.
             with ds.cond:
                 ds.apply(name, seq, key, entries)
+
+
+def _validate(batches: Sequence[SeriesBatch]) -> dict[SeriesKey, ValueType]:
+    """Check names, counts and one type per series; returns each series' type.
+
+    The usual request passes whole-list checks (C-level passes over the batches); only a request
+    that fails one is walked batch by batch to name the first bad batch.
+
+    Raises:
+        MalformedBatchError: the first bad batch, by index.
+    """
+    keys = [b.key for b in batches]
+    channels = [k.channel for k in keys]
+    types = dict(zip(keys, (b.value_type for b in batches), strict=True))
+    ok = (
+        all(channels)
+        and max(map(len, channels), default=0) <= MAX_NAME_CHARS
+        and all(len(k) <= MAX_NAME_CHARS and len(v) <= MAX_NAME_CHARS for t in set(k.tags for k in keys) for k, v in t)
+        and list(map(len, batches)) == [len(b.values) for b in batches]
+        and len(set(zip(keys, (b.value_type for b in batches), strict=True))) == len(types)
+    )
+    if ok:
+        return types
+    first: dict[SeriesKey, tuple[ValueType, int]] = {}
+    for i, b in enumerate(batches):
+        _check_names(i, b.key)
+        if len(b.values) != len(b.timestamps):
+            raise MalformedBatchError(i, b.key.channel, f"{len(b.timestamps)} timestamps but {len(b.values)} values")
+        vt, j = first.setdefault(b.key, (b.value_type, i))
+        if vt is not b.value_type:
+            raise MalformedBatchError(
+                i,
+                b.key.channel,
+                f"value type {b.value_type.value} disagrees with batches[{j}] of the same series ({vt.value})",
+            )
+    raise AssertionError("a request failed a whole-list check but no batch is bad")

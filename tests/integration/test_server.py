@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pytest
 
@@ -241,12 +242,17 @@ def test_data_is_plain_parquet_queryable_per_dataset(server: LocalServer, client
     client.write(all_types_request())
     client.write(all_types_request())
     commits = server.store.data_dir / RID / "commits"
-    ds = pads.dataset(sorted(str(p) for p in commits.glob("*/double.parquet")), format="parquet")
-    table = ds.to_table()
-    assert set(table.column_names) == {"channel", "tags", "timestamp", "value"}
-    assert table.num_rows == 8
-    assert set(table.column("channel").to_pylist()) == {"d"}
-    assert set(table.column("tags").to_pylist()) == {'{"car":"é","unit":"m"}'}
+    files = sorted(str(p) for p in commits.glob("*.parquet"))
+    assert len(files) == 2  # one file per commit
+    table = pads.dataset(files, format="parquet").to_table()
+    value_columns = {f"value_{vt.value}" for _c, _t, vt, _v, _s in CASES}
+    assert set(table.column_names) == {"channel", "tags", "timestamp"} | value_columns
+    assert table.num_rows == 2 * sum(len(values) for *_, values, _sorted in CASES)
+    doubles = table.filter(pc.is_valid(table.column("value_double")))
+    assert doubles.num_rows == 8
+    assert set(doubles.column("channel").to_pylist()) == {"d"}
+    assert set(doubles.column("tags").to_pylist()) == {'{"car":"é","unit":"m"}'}
+    assert [exact(v) for v in doubles.column("value_double").to_pylist()[:4]] == exact(CASES[0][3])
 
 
 def test_tags_none_and_empty_are_one_series(server: LocalServer, client: Client) -> None:
@@ -610,11 +616,11 @@ def test_leftover_staging_is_removed_and_commits_survive(tmp_path: Path) -> None
     data = tmp_path / "data"
     with LocalServer(data) as srv:
         Client(srv.target).write(all_types_request())
-    leftover = data / RID / "staging" / "deadbeef"
-    leftover.mkdir(parents=True)
-    (leftover / "double.parquet").write_bytes(b"half a file")
+    leftover = data / RID / "staging" / "deadbeef.parquet"
+    leftover.write_bytes(b"half a file")
     with LocalServer(data) as srv:
         assert not leftover.exists()
+        assert list((data / RID / "staging").iterdir()) == []
         assert_all_types_stored([srv.store, LocalStore(data)])
 
 
