@@ -43,7 +43,14 @@ import numpy.typing as npt
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.errors import TargetError
 from beam_nominal.model import SeriesKey
-from beam_nominal.targets._avro_block import BatchError, NotRepresentable, encode_records, long_bytes, string_bytes
+from beam_nominal.targets._avro_block import (
+    BatchError,
+    NotRepresentable,
+    Scratch,
+    encode_records,
+    long_bytes,
+    string_bytes,
+)
 from beam_nominal.targets.base import Request
 
 try:
@@ -87,12 +94,13 @@ _INTEGERS = ("long", "double")
 # Errors a full disk or quota gives: space may come back, so the uploader should retry.
 _RETRYABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EINTR, errno.EAGAIN})
 
-def _compress(codec: str, data: bytes) -> list[Any]:
+def _compress(codec: str, data: memoryview, scratch: Scratch) -> list[Any]:
     """The block's data as buffers to write in order (no copy into one bytes object)."""
     if codec == "snappy":
         # Avro's snappy framing: raw snappy, then the big-endian CRC-32 of the uncompressed bytes.
-        # cramjam's own buffer is written as is: copying it to bytes cost as much as compressing.
-        return [memoryview(cramjam.snappy.compress_raw(data)), zlib.crc32(data).to_bytes(4, "big")]
+        out = scratch.get("snappy", cramjam.snappy.compress_raw_max_len(data))
+        size = cramjam.snappy.compress_raw_into(data, out.data)
+        return [out[:size].data, zlib.crc32(data).to_bytes(4, "big")]
     if codec == "deflate":
         c = zlib.compressobj(6, zlib.DEFLATED, -15)
         return [c.compress(data) + c.flush()]
@@ -191,6 +199,22 @@ def _path_of(path_or_url: str | os.PathLike[str]) -> Path:
     return Path(text)
 
 
+def _drop_cached(fd: int, start: int, end: int) -> None:
+    """Let the kernel drop the page cache of bytes already fsynced: this process never reads them.
+
+    Writing into pages the page cache hands back, rather than fresh ones, keeps a block's write
+    ~10x cheaper (7 MiB: 1.5 ms instead of ~15 ms once the cache has grown by ~60 MiB, on the
+    reference VM) and keeps a long-running fallback file from filling memory with cache. Pages
+    still dirty from a later block are left alone by the kernel.
+    """
+    if _FADVISE is not None:
+        with contextlib.suppress(OSError):
+            _FADVISE(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+
+
+_FADVISE = getattr(os, "posix_fadvise", None)
+
+
 class AvroFileTarget:
     """Appends each request to an Avro file, durably, as one block.
 
@@ -268,6 +292,8 @@ class AvroFileTarget:
             os.close(self._fd)
             raise
         self._cond = threading.Condition()
+        # Each sending thread encodes into its own reused buffers (see _avro_block.Scratch).
+        self._local = threading.local()
         self._inflight = 0
         self._closed = False
         self._broken: str | None = None
@@ -347,9 +373,17 @@ class AvroFileTarget:
         parts, points = self._block_parts(batches)
         return b"".join(parts), points
 
+    def _scratch(self) -> Scratch:
+        scratch: Scratch | None = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = Scratch()
+        return scratch
+
     def _block_parts(self, batches: Iterable[SeriesBatch]) -> tuple[list[Any], int]:
+        """The block as buffers to write in order; they live in this thread's scratch buffers."""
+        scratch = self._scratch()
         try:
-            data, records, points = encode_records(batches, self._integers)
+            data, records, points = encode_records(batches, self._integers, scratch)
         except BatchError as err:
             b, exc = err.batch, err.cause
             if isinstance(exc, NotRepresentable):
@@ -364,7 +398,7 @@ class AvroFileTarget:
             ) from None
         if not records:
             return [], 0
-        body = _compress(self._codec, data)
+        body = _compress(self._codec, data, scratch)
         size = sum(len(p) for p in body)
         return [long_bytes(records) + long_bytes(size), *body, self._sync], points
 
@@ -398,12 +432,15 @@ class AvroFileTarget:
             # The lock guards the file's tail: a block must land contiguously and a failed one must
             # be cut off before anyone appends after it. It is held for one write into the page
             # cache; the fsync, the slow part, happens outside it.
+            start = self._size
             self._append(block)
+            end = self._size
             self._inflight += 1
         finally:
             self._cond.release()
         try:
             self._sync_or_break()
+            _drop_cached(self._fd, start, end)
         finally:
             with self._cond:
                 self._inflight -= 1
