@@ -935,11 +935,15 @@ def _describe(value: Any) -> str:
     return f"{vt} value {value!r:.80}"
 
 
-_SCALAR_PYTYPES = {float: ValueType.DOUBLE, str: ValueType.STRING, bool: ValueType.INT64}
+_F64 = np.dtype(np.float64)
 
 
 def _column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueType, Any, int]:
     """Normalise a batch of values: (value type, values in SeriesBatch form, value bytes)."""
+    if type(values) is np.ndarray and values.dtype == _F64 and values.ndim == 1:
+        # The common numpy case first, without the general dispatch below.
+        _check_pin(channel, pinned, ValueType.DOUBLE)
+        return ValueType.DOUBLE, values.copy(), values.size * 8
     if isinstance(values, np.ndarray):
         if values.ndim == 2:
             rows, nbytes = _buf.float_rows(channel, values)
