@@ -443,20 +443,49 @@ def _write_durably(path: Path, write: Any) -> None:
         os.fsync(f.fileno())
 
 
-def _write_commit_file(path: Path, table: pa.Table, manifest: bytes) -> None:
-    """Write one commit file and make its bytes durable.
+# Per-thread output buffers, reused. On this kind of VM first-touch page faults dominate: encoding
+# a 170k-row commit into a fresh growing buffer (or straight into a new file through Arrow's
+# stream) took ~8 ms, into an already-touched buffer ~3.3 ms, plus ~0.3 ms for one write(2).
+_scratch = threading.local()
+# Buffers above this are not kept for the next request (memory per worker thread).
+_SCRATCH_KEEP = 64 << 20
 
-    Written through Arrow's own file stream given a path (a Python file object would take the
-    GIL for every write), then fsynced through a second descriptor: fsync applies to the file,
-    whichever descriptor names it.
-    """
-    with pq.ParquetWriter(str(path), table.schema, **_PARQUET_OPTIONS) as writer:
-        writer.write_table(table, row_group_size=max(1, table.num_rows))
-        writer.add_key_value_metadata({_MANIFEST_KEY: manifest.decode("utf-8")})
-    fd = os.open(path, os.O_RDONLY)
+
+def _parquet_bytes(table: pa.Table, manifest: bytes) -> memoryview:
+    """The commit file's bytes, encoded into this thread's reusable buffer (valid until the next
+    call on this thread)."""
+    need = 2 * table.nbytes + 2 * len(manifest) + (1 << 20)
+    for attempt in range(2):
+        buf: npt.NDArray[np.uint8] | None = getattr(_scratch, "buf", None)
+        if buf is None or buf.shape[0] < need:
+            buf = np.ones(need, dtype=np.uint8)  # ones, not empty: touch every page once, now
+            if need <= _SCRATCH_KEEP:
+                _scratch.buf = buf
+        sink = pa.FixedSizeBufferWriter(pa.py_buffer(buf))
+        try:
+            with pq.ParquetWriter(sink, table.schema, **_PARQUET_OPTIONS) as writer:
+                writer.write_table(table, row_group_size=max(1, table.num_rows))
+                writer.add_key_value_metadata({_MANIFEST_KEY: manifest.decode("utf-8")})
+        except OSError:
+            # The only OSError a memory sink raises: the estimate was short. Once more, larger.
+            if attempt:
+                raise
+            need *= 4
+            continue
+        return buf.data[: sink.tell()]
+    raise AssertionError("unreachable")
+
+
+def _write_commit_file(path: Path, table: pa.Table, manifest: bytes) -> None:
+    """Write one commit file and make its bytes durable (fdatasync: also flushes the size and
+    block map, what reading the data needs; the name is made durable by the rename and the
+    directory fsync)."""
+    data = _parquet_bytes(table, manifest)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        # fdatasync still flushes the size and block map (what reading the data needs); the
-        # name becomes durable with the rename and the directory fsync.
+        written = 0
+        while written < len(data):
+            written += os.write(fd, data[written:])
         os.fdatasync(fd)
     finally:
         os.close(fd)
