@@ -626,6 +626,9 @@ class NominalStream:
                         value = conv(value)
                     except _Mismatch:
                         raise s.conflict(_describe(value)) from None
+                    except UnicodeEncodeError:
+                        _buf.check_texts(channel, "string", (value,))
+                        raise
             tail = s.ts_tail
             if not tail:
                 buf.tailed.append(s)
@@ -682,6 +685,9 @@ class NominalStream:
                 converted = existing.conv(value)
             except _Mismatch:
                 raise existing.conflict(_describe(value)) from None
+            except UnicodeEncodeError:
+                _buf.check_texts(channel, "string", (value,))
+                raise
             if existing.block is not None and existing.block.ts:
                 buf.materialise(existing.block)
             return existing, converted
@@ -962,6 +968,7 @@ def _column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueT
             vt = _check_pin(channel, pinned, vt)
             if vt is ValueType.STRING:
                 out = values.astype(str).tolist()
+                _buf.check_texts(channel, "string", out)
                 return vt, out, sum(map(len, out)) + 3 * len(out)
             arr = np.array(values, dtype=vt.numpy_dtype, copy=True)
             return vt, arr, arr.size * (8 if vt is ValueType.DOUBLE else 10)
@@ -1009,6 +1016,9 @@ def _column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueT
     conv = _buf._SCALAR_CONVERTERS[vt]
     try:
         out = [conv(v) for v in values]
+    except UnicodeEncodeError:
+        _buf.check_texts(channel, "string", values)
+        raise
     except _Mismatch:
         for i, v in enumerate(values):
             try:

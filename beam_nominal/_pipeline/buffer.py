@@ -15,7 +15,7 @@ Nothing here is thread-safe; the stream serialises access with its lock.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,22 @@ class _Mismatch(Exception):
     """Internal: a value does not belong to the type being checked."""
 
 
+def check_texts(channel: str, what: str, values: Iterable[str]) -> None:
+    """Raise ValueError for a str that cannot be encoded as UTF-8 (a lone surrogate).
+
+    Checked at enqueue: the same string found by the encoder would fail its whole request, i.e.
+    other series' points too. ASCII strings (the usual case) cost one ``isascii`` each.
+    """
+    for v in values:
+        if not v.isascii():
+            try:
+                v.encode()
+            except UnicodeEncodeError as exc:
+                raise ValueError(
+                    f"channel {channel!r}: {what} {v!r:.80} is not valid Unicode text ({exc.reason})"
+                ) from None
+
+
 def struct_json(channel: str, mapping: Mapping[str, Any]) -> str:
     """Serialise a struct value as compact JSON text with sorted keys.
 
@@ -63,9 +79,11 @@ def struct_json(channel: str, mapping: Mapping[str, Any]) -> str:
     if not isinstance(mapping, Mapping):
         raise TypeError(f"struct value of channel {channel!r} must be a mapping, got {type(mapping).__name__}")
     try:
-        return json.dumps(mapping, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+        text = json.dumps(mapping, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"struct value of channel {channel!r} is not JSON-serialisable: {exc}") from None
+    check_texts(channel, "struct", (text,))
+    return text
 
 
 def _to_double(v: Any) -> float:
@@ -97,6 +115,8 @@ def _to_uint64(v: Any) -> int:
 
 def _to_string(v: Any) -> str:
     if isinstance(v, str):
+        if not v.isascii():
+            v.encode()  # UnicodeEncodeError for a lone surrogate; callers name the channel
         return v
     raise _Mismatch
 
@@ -117,6 +137,8 @@ def convert_scalar(channel: str, value: Any) -> tuple[ValueType, Any]:
         raise TypeError(f"channel {channel!r}: {exc}") from None
     if vt is ValueType.STRUCT:
         return vt, struct_json(channel, value)
+    if vt is ValueType.STRING:
+        check_texts(channel, "string", (value,))
     return vt, _SCALAR_CONVERTERS[vt](value)
 
 
@@ -169,7 +191,8 @@ class SeriesBuffer:
         #: Normalises one scalar of this type (raises _Mismatch), or None for arrays/structs.
         self.conv = _SCALAR_CONVERTERS.get(vtype)
         #: The Python type whose values need no conversion at all (float, str), else None.
-        self.fast_type: type | None = {ValueType.DOUBLE: float, ValueType.STRING: str}.get(vtype)
+        #: (Strings always go through ``conv``, which checks that they encode.)
+        self.fast_type: type | None = float if vtype is ValueType.DOUBLE else None
         self.ts_chunks: list[I64] = []
         self.val_chunks: list[Any] = []
         self.ts_tail: list[int] = []
@@ -307,7 +330,10 @@ class WideBlock:
                 raise s.conflict(f"{_type_name(values[i])} value {values[i]!r}") from None
         nbytes = self.row_bytes
         for i in self.str_cols:
-            nbytes += len(values[i]) + 3
+            v = values[i]
+            if not v.isascii():
+                check_texts(self.keys[i], "string", (v,))
+            nbytes += len(v) + 3
         self.rows.append(values)
         self.ts.append(ts)
         self.nbytes += nbytes
@@ -377,6 +403,9 @@ class Buffer:
             key = SeriesKey.of(channel, tags)
             s = self.series.get(key)
             if s is None:
+                check_texts(channel, "channel name", (channel,))
+                for k, v in key.tags:
+                    check_texts(channel, "tag", (k, v))
                 s = SeriesBuffer(key, vtype)
                 self.series[key] = s
             if not tags:
@@ -481,6 +510,8 @@ class Buffer:
                 raise TypeError(f"channel {ch!r}: {exc}") from None
             if vt is ValueType.STRUCT:
                 raise TypeError(f"channel {ch!r}: enqueue_from_dict takes scalars; use enqueue_struct")
+            if vt is ValueType.STRING:
+                check_texts(ch, "string", (v,))
             s = self.lookup(ch, tags) or self.series.get(SeriesKey.of(ch, tags))
             if s is not None and s.vtype is not vt:
                 # A non-negative int into a uint64 series is fine (see _to_uint64).
@@ -514,24 +545,6 @@ class Buffer:
     def taken(self, points: int, nbytes: int) -> None:
         self.points -= points
         self.nbytes -= nbytes
-
-
-def column_values(channel: str, vtype: ValueType, values: Any) -> tuple[Any, int]:
-    """Normalise a column of values for ``vtype``; returns (values in SeriesBatch form, value bytes)."""
-    if vtype in _NUMERIC:
-        arr = np.ascontiguousarray(values, dtype=vtype.numpy_dtype)
-        return arr, arr.size * _FIXED_VALUE_BYTES[vtype]
-    if vtype is ValueType.STRING:
-        out = [v if isinstance(v, str) else _bad(channel, vtype, v) for v in values]
-        return out, sum(map(len, out)) + 3 * len(out)
-    if vtype is ValueType.STRUCT:
-        out = [struct_json(channel, v) for v in values]
-        return out, sum(map(len, out)) + 3 * len(out)
-    raise AssertionError(vtype)  # pragma: no cover
-
-
-def _bad(channel: str, vtype: ValueType, v: Any) -> str:
-    raise SeriesTypeError(f"channel {channel!r}: {vtype.value} column holds a {type(v).__name__} value {v!r:.80}")
 
 
 def float_rows(channel: str, rows: Any) -> tuple[list[npt.NDArray[np.float64]], int]:
@@ -578,4 +591,5 @@ def string_row(channel: str, row: Any) -> list[str]:
         for v in out:
             if not isinstance(v, str):
                 raise TypeError(f"channel {channel!r}: string array element {v!r:.80} is not a str")
+    check_texts(channel, "string array element", out)
     return out

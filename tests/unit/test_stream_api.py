@@ -240,3 +240,33 @@ def test_repr_hides_the_token() -> None:
     assert "s3cret" not in repr(s) and "s3cret" not in repr(t)
     s.close()
     t.close()
+
+
+def test_text_that_cannot_be_encoded_is_rejected_at_enqueue_naming_the_channel() -> None:
+    # A lone surrogate would fail the encoder later, and with it every series in its request.
+    bad = "ok\ud800"
+    target = RecordingTarget()
+    with _stream(target) as s:
+        s.enqueue("good", 1, "fine ✓")
+        for write in (
+            lambda: s.enqueue("txt", 1, bad),
+            lambda: s.enqueue("good", 2, bad),
+            lambda: s.enqueue_batch("col", [1, 2], ["a", bad]),
+            lambda: s.enqueue_string_array("sa", 1, ["a", bad]),
+            lambda: s.enqueue_struct("st", 1, {"k": bad}),
+            lambda: s.enqueue_from_dict(1, {"w": bad}),
+            lambda: s.enqueue(bad, 1, 1.0),
+            lambda: s.enqueue("tagged", 1, 1.0, tags={"k": bad}),
+        ):
+            with pytest.raises(ValueError, match="not valid Unicode text"):
+                write()
+        s.enqueue_from_dict(2, {"w": "x", "v": 1.0})
+        s.enqueue_from_dict(3, {"w": "é", "v": 2.0})
+        with pytest.raises(ValueError, match="'w'"):
+            s.enqueue_from_dict(4, {"w": bad, "v": 3.0})  # same key set: the block's per-row check
+    got = target.points()
+    assert got == {
+        SeriesKey("good"): [(1, "fine ✓")],
+        SeriesKey("w"): [(2, "x"), (3, "é")],
+        SeriesKey("v"): [(2, 1.0), (3, 2.0)],
+    }
