@@ -386,7 +386,10 @@ class _Core:
                     )
                 else:
                     error = self.failure("close")
-            self.uploader.abandon() if abandoned else self.uploader.shutdown()
+            if abandoned:
+                self.uploader.abandon()  # no more attempts or backoff waits for written-off requests
+            else:
+                self.uploader.shutdown()
             if self.owns_target:
                 try:
                     self.target.close()
