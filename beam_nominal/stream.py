@@ -683,6 +683,9 @@ class NominalStream:
         existing = buf.lookup(channel, tags)
         if existing is None:
             existing = buf.series.get(SeriesKey.of(channel, tags))
+            if existing is not None:
+                # Known series, new spelling of its tags (another order): cache it for the fast path.
+                buf.pin(channel, tags, existing.vtype)
         if existing is not None and existing.conv is not None:
             try:
                 converted = existing.conv(value)

@@ -270,3 +270,13 @@ def test_text_that_cannot_be_encoded_is_rejected_at_enqueue_naming_the_channel()
         SeriesKey("w"): [(2, "x"), (3, "é")],
         SeriesKey("v"): [(2, 1.0), (3, 2.0)],
     }
+
+
+def test_tag_order_does_not_matter() -> None:
+    target = RecordingTarget()
+    with _stream(target) as s:
+        s.enqueue("x", 1, 1.0, tags={"a": "1", "b": "2"})
+        s.enqueue("x", 2, 2.0, tags={"b": "2", "a": "1"})
+        s.enqueue("x", 3, 3.0, tags={"b": "2", "a": "1"})
+    assert target.points() == {SeriesKey("x", (("a", "1"), ("b", "2"))): [(1, 1.0), (2, 2.0), (3, 3.0)]}
+    assert len(s._core.buffer.tagged) == 2  # both spellings cached for the fast path
