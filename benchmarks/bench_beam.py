@@ -74,11 +74,14 @@ class Discard(beam.DoFn):  # type: ignore[misc]
 
 
 class NominalStreamingDoFn(beam.DoFn):  # type: ignore[misc]
-    """What users write today: nominal-streaming opened per bundle, written to an Avro file."""
+    """What users write today: nominal-streaming opened per bundle, written to an Avro file.
 
-    def __init__(self, directory: str, shape: str) -> None:
+    One subclass per shape, so ``process`` is the one call a user would write for their data:
+    no dispatch, the stream's method bound once per bundle.
+    """
+
+    def __init__(self, directory: str) -> None:
         self.directory = directory
-        self.shape = shape
         self.stream: Any = None
         self.n = 0
 
@@ -89,22 +92,35 @@ class NominalStreamingDoFn(beam.DoFn):  # type: ignore[misc]
         path = Path(self.directory) / f"ns-{os.getpid()}-{id(self)}-{self.n}.avro"
         self.stream = NominalDatasetStream().to_file(path)
         self.stream.__enter__()
-
-    def process(self, element: Any) -> Any:
-        # One shape per pipeline, so no dispatch: the leanest DoFn a user would write per shape.
-        if self.shape == "points":
-            self.stream.enqueue(element[0], element[1], element[2])
-        elif self.shape == "series":
-            self.stream.enqueue_batch(element[0], element[1], element[2])
-        else:  # a RecordBatch: one batch call per column, nominal-streaming has no table call
-            ts = element.column(0).to_numpy()
-            for name, col in zip(element.schema.names[1:], element.columns[1:], strict=True):
-                self.stream.enqueue_batch(name, ts, col.to_numpy())
-        return ()
+        self.enqueue = self.stream.enqueue
+        self.enqueue_batch = self.stream.enqueue_batch
 
     def finish_bundle(self) -> None:
         self.stream.__exit__(None, None, None)
         self.stream = None
+
+
+class NominalStreamingPoints(NominalStreamingDoFn):
+    def process(self, element: Any) -> None:
+        channel, timestamp, value = element
+        self.enqueue(channel, timestamp, value)
+
+
+class NominalStreamingSeries(NominalStreamingDoFn):
+    def process(self, element: Any) -> None:
+        channel, timestamps, values = element
+        self.enqueue_batch(channel, timestamps, values)
+
+
+class NominalStreamingTable(NominalStreamingDoFn):
+    def process(self, element: Any) -> None:
+        # nominal-streaming has no table call: one batch call per column.
+        ts = element.column(0).to_numpy()
+        for name, col in zip(element.schema.names[1:], element.columns[1:], strict=True):
+            self.enqueue_batch(name, ts, col.to_numpy())
+
+
+NS_DOFNS = {"points": NominalStreamingPoints, "series": NominalStreamingSeries, "table": NominalStreamingTable}
 
 
 SHAPES: dict[str, tuple[Callable[..., Iterator[Any]], Callable[[float], tuple[int, int]]]] = {
@@ -169,7 +185,7 @@ def run_once(shape: str, sink: str, arg: int, work: Path, server: Any, tag: str)
         sink_t: Any = beam.ParDo(Discard())
         count: Callable[[], int] = lambda: -1  # noqa: E731
     elif sink == "nominal-streaming":
-        sink_t = beam.ParDo(NominalStreamingDoFn(str(out), shape))
+        sink_t = beam.ParDo(NS_DOFNS[shape](str(out)))
         count = lambda: _count_avro(str(out / "*.avro"))  # noqa: E731
     elif sink == "WriteToNominal→avro":
         sink_t = WriteToNominal(str(out / "data.avro"), dataset_rid=rid)

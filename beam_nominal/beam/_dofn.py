@@ -29,6 +29,9 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.pvalue import TaggedOutput
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_nominal.beam._elements import ElementWriter, FailedElement, SeriesChunk
 from beam_nominal.beam._metrics import MeasuredTarget, SinkMetrics
@@ -37,7 +40,15 @@ _LOG = logging.getLogger(__name__)
 
 FAILED_TAG = "failed"
 
-__all__ = ["FAILED_TAG", "SinkConfig", "ToChunksDoFn", "WriteChunksDoFn", "WriteDoFn", "resolve_token"]
+__all__ = [
+    "FAILED_TAG",
+    "BatchingWriteDoFn",
+    "SinkConfig",
+    "ToChunksDoFn",
+    "WriteChunksDoFn",
+    "WriteDoFn",
+    "resolve_token",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,6 +293,61 @@ class WriteDoFn(_StreamDoFn):
         except (TypeError, ValueError, KeyError) as exc:
             return self._fail(element, exc)
         return ()
+
+
+class BatchingWriteDoFn(_StreamDoFn):
+    """WriteDoFn for a globally windowed input: single points are checked and converted in batches.
+
+    A ``(channel, int ns, value)`` tuple costs one list append here; every ``PENDING_POINTS`` of
+    them (and before any other element, and in ``finish_bundle``) go to
+    :meth:`ElementWriter.write_points` together. Batch boundaries are element counts, so the
+    stream's calls and cut points still depend only on the bundle's data. A bad point is reported
+    when its batch is written, possibly a few thousand elements later; it is emitted as a
+    ``WindowedValue`` in the global window with ``MIN_TIMESTAMP`` (its own timestamp is not known
+    without a per-element timestamp parameter, which would slow every element down). Inputs in
+    other windows use :class:`WriteDoFn`, which reports every element from its own ``process``.
+    """
+
+    def __init__(self, config: SinkConfig) -> None:
+        super().__init__(config)
+        self._pending: list[Any] = []
+
+    def start_bundle(self) -> None:
+        super().start_bundle()
+        self._pending = []
+
+    def process(self, element: Any) -> Iterable[TaggedOutput[str, Any]]:
+        if type(element) is tuple and len(element) == 3 and type(element[1]) is int:
+            pending = self._pending
+            pending.append(element)
+            # PENDING_POINTS as a literal (a test keeps them equal): a global lookup per point costs.
+            if len(pending) >= 32768:
+                return self._write_pending()
+            return ()
+        # Everything collected so far goes first, so each series keeps the order of its elements.
+        failed = self._write_pending() if self._pending else []
+        try:
+            self._write(element)
+        except (TypeError, ValueError, KeyError) as exc:
+            failed.extend(self._fail(element, exc))
+        return failed
+
+    def _write_pending(self) -> list[TaggedOutput[str, Any]]:
+        batch, self._pending = self._pending, []
+        assert self._writer is not None and self._metrics is not None
+        out: list[TaggedOutput[str, Any]] = []
+        for element, exc in self._writer.write_points(batch):
+            self._metrics.failed_elements.inc()
+            reason = f"element {_describe(element)}: {exc}"
+            failed = FailedElement(element, type(exc).__name__, reason)
+            out.append(TaggedOutput(FAILED_TAG, WindowedValue(failed, MIN_TIMESTAMP, (GlobalWindow(),))))
+        return out
+
+    def finish_bundle(self) -> Iterable[TaggedOutput[str, Any]] | None:  # type: ignore[override]
+        failed = self._write_pending() if self._pending and self._writer is not None else []
+        super().finish_bundle()
+        return failed
+
 
 
 class WriteChunksDoFn(_StreamDoFn):

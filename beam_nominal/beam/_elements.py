@@ -20,13 +20,14 @@ only values of that exact Python type; anything else takes the checked path agai
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from beam_nominal.model import SeriesKey, timestamp_ns, timestamps_ns
 
-__all__ = ["ElementError", "ElementWriter", "FailedElement", "SeriesChunk", "StreamLike"]
+__all__ = ["PENDING_POINTS", "ElementError", "ElementWriter", "FailedElement", "SeriesChunk", "StreamLike"]
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -42,6 +43,24 @@ MAX_LOCAL_SERIES = 1024
 # Python types whose values may skip the per-value check once the series' type is pinned: a list
 # of them converts to one numpy column of the pinned type.
 _FAST_TYPES = frozenset({float, int, bool, str, np.float64, np.float32, np.int64, np.int32})
+
+#: Points (channel, int ns, scalar) the sink collects as raw elements before checking and
+#: converting them together in :meth:`ElementWriter.write_points`.
+PENDING_POINTS = 32768
+#: Below this many elements a batch is not worth the vectorised pass: each takes the per-point path.
+_BULK_MIN = 64
+# Python type of a batch's values -> numpy dtype of its column (None: a list of str).
+_BULK_DTYPES: dict[type, Any] = {
+    float: np.float64,
+    int: np.int64,
+    bool: np.bool_,
+    str: None,
+    np.float64: np.float64,
+    np.float32: np.float32,
+    np.int64: np.int64,
+    np.int32: np.int32,
+}
+_get0, _get1, _get2 = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 class FailedElement(NamedTuple):
@@ -208,6 +227,9 @@ class ElementWriter:
         self._untagged: dict[str, tuple[Any, list[Any], list[Any]]] = {}
         self._readers: dict[type, Callable[[Any], None]] = {}
         self._tag_cache: dict[tuple[tuple[str, str], ...], dict[str, str] | None] = {}
+        # write_points: series number per channel, in first-seen order, and the channels by number.
+        self._batch_index: dict[Any, int] = {}
+        self._batch_names: list[Any] = []
 
     # -- public -------------------------------------------------------------------------------
 
@@ -245,6 +267,125 @@ class ElementWriter:
         if reader is None:
             reader = self._reader_for(element)
         reader(element)
+
+    def write_points(self, batch: list[Any]) -> list[tuple[Any, Exception]]:
+        """Write a batch of ``(channel, int ns, value)`` tuples; return the ones that failed, with why.
+
+        The common case is checked and converted a column at a time: the exact Python types of
+        all values in one ``set(map(type, ...))``, timestamps in one int64 conversion (which
+        rejects ints beyond int64), one stable sort by channel in first-seen order (so the
+        stream's calls, and the requests cut from them, depend only on the batch). A series whose
+        values in the batch are of one type goes to the stream in one ``enqueue_batch``, which
+        checks the column against the series' pinned type. Anything else (several value types in
+        one series, a value the column path does not take, a rejected column, an unusable
+        channel or timestamp) takes the per-point path for that series' elements, in order, so
+        every bad element is found and reported by itself.
+        """
+        failed: list[tuple[Any, Exception]] = []
+        n = len(batch)
+        if n < _BULK_MIN:
+            self._write_each(batch, failed)
+            return failed
+        chans = list(map(_get0, batch))
+        known = self._batch_index
+        try:
+            ts = np.fromiter(map(_get1, batch), np.int64, n)
+            try:
+                idx = np.fromiter(map(known.__getitem__, chans), np.intp, n)
+            except KeyError:
+                # New series get the next numbers in first-seen order, the same in every process
+                # (a set's order would follow str hashes, which differ between processes).
+                names = self._batch_names
+                for c in dict.fromkeys(chans):
+                    if c not in known:
+                        known[c] = len(names)
+                        names.append(c)
+                idx = np.fromiter(map(known.__getitem__, chans), np.intp, n)
+        except (OverflowError, TypeError):  # a timestamp beyond int64, an unhashable channel
+            self._write_each(batch, failed)
+            return failed
+        if ts.min() == _INT64_MIN:
+            self._write_each(batch, failed)
+            return failed
+        vals = list(map(_get2, batch))
+        types = set(map(type, vals))
+        counts_all = np.bincount(idx)
+        present = np.flatnonzero(counts_all)
+        counts = counts_all[present].tolist()
+        channels = list(map(self._batch_names.__getitem__, present.tolist()))
+        nseries = len(channels)
+        order = None
+        if nseries > 1:
+            order = np.argsort(idx, kind="stable")
+            ts = ts[order]
+        column: Any = None  # the values in series order, converted; None: convert per series
+        group_type: list[Any] = [None] * nseries  # per series: its one value type, or None if mixed
+        if len(types) == 1:
+            (vtype,) = types
+            group_type = [vtype] * nseries
+            if vtype in _BULK_DTYPES:
+                dtype = _BULK_DTYPES[vtype]
+                if dtype is None:
+                    column = vals if order is None else list(map(vals.__getitem__, order.tolist()))
+                else:
+                    try:
+                        column = np.array(vals, dtype=dtype)
+                    except OverflowError:  # an int beyond int64 somewhere: convert per series
+                        column = None
+                    else:
+                        if order is not None:
+                            column = column[order]
+        objects: Any = None
+        if column is None:
+            objects = np.fromiter(vals, object, n)
+            if order is not None:
+                objects = objects[order]
+            if len(types) > 1:
+                tlist = list(types)
+                tid = {t: i for i, t in enumerate(tlist)}
+                codes = np.fromiter(map(tid.__getitem__, map(type, vals)), np.intp, n)
+                if order is not None:
+                    codes = codes[order]
+                starts = np.cumsum([0, *counts[:-1]])
+                firsts = codes[starts]
+                mixed = np.logical_or.reduceat(np.repeat(firsts, counts) != codes, starts)
+                group_type = [None if m else tlist[f] for m, f in zip(mixed.tolist(), firsts.tolist(), strict=True)]
+        tags_arg = self._tags_arg(self.base_tags)
+        start = 0
+        for channel, count, vtype in zip(channels, counts, group_type, strict=True):
+            end = start + count
+            written = False
+            if vtype in _BULK_DTYPES and isinstance(channel, str) and channel:
+                col: Any = None
+                if objects is None:
+                    col = column[start:end]
+                else:
+                    dtype = _BULK_DTYPES[vtype]
+                    try:
+                        col = objects[start:end].tolist() if dtype is None else objects[start:end].astype(dtype)
+                    except OverflowError:  # ints beyond int64: the per-point path decides uint64
+                        col = None
+                if col is not None:
+                    key = (channel, self.base_tags)
+                    if key in self._local:
+                        self._flush_series(key)  # points collected before this batch go first
+                    try:
+                        self.stream.enqueue_batch(channel, ts[start:end], col, tags_arg)
+                        written = True
+                    except (TypeError, ValueError):  # rejected as a whole: find the culprits one by one
+                        pass
+            if not written:
+                group = batch[start:end] if order is None else [batch[i] for i in order[start:end].tolist()]
+                self._write_each(group, failed)
+            start = end
+        return failed
+
+    def _write_each(self, elements: list[Any], failed: list[tuple[Any, Exception]]) -> None:
+        for element in elements:
+            try:
+                self.write(element)
+            except (TypeError, ValueError, KeyError) as exc:
+                failed.append((element, exc))
 
     def drain(self) -> None:
         """Hand every locally collected point to the stream (call before ``stream.flush``)."""

@@ -24,8 +24,16 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 from apache_beam.pvalue import PCollection
 from apache_beam.transforms.util import GroupIntoBatches
+from apache_beam.transforms.window import GlobalWindows
 
-from beam_nominal.beam._dofn import FAILED_TAG, SinkConfig, ToChunksDoFn, WriteChunksDoFn, WriteDoFn
+from beam_nominal.beam._dofn import (
+    FAILED_TAG,
+    BatchingWriteDoFn,
+    SinkConfig,
+    ToChunksDoFn,
+    WriteChunksDoFn,
+    WriteDoFn,
+)
 
 __all__ = ["DEFAULT_LOCAL_DATASET", "WriteToNominal", "WriteToNominalResult", "embedded_server"]
 
@@ -237,7 +245,11 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
     def expand(self, pcoll: PCollection[Any]) -> WriteToNominalResult:
         config = self._config(pcoll.pipeline)
         if not self._cross_bundle:
-            outputs = pcoll | "Write" >> beam.ParDo(WriteDoFn(config)).with_outputs(
+            # Batching points defers their failures past their own process call, which is only
+            # right when every element is in the one global window (see BatchingWriteDoFn).
+            global_window = isinstance(pcoll.windowing.windowfn, GlobalWindows)
+            dofn = BatchingWriteDoFn(config) if global_window else WriteDoFn(config)
+            outputs = pcoll | "Write" >> beam.ParDo(dofn).with_outputs(
                 FAILED_TAG, main="written"
             )
             return WriteToNominalResult(failed=outputs[FAILED_TAG])
