@@ -460,19 +460,19 @@ def encode_records(
     if not counts:
         return memoryview(b""), 0, 0
 
-    ts_all = stamps[0] if len(stamps) == 1 else np.concatenate(stamps)
+    ts_all = _concat(stamps, np.int64, scratch, "stamps")
     ts_bytes, ts_sizes = long_varints(ts_all, None, scratch)
     ts_ends = _ends(counts, ts_sizes)
 
     dbl = [v for v, k in zip(values, kinds, strict=True) if k == 0]
     dbl_bytes = (
-        double_items(dbl[0] if len(dbl) == 1 else np.concatenate(dbl), B_DOUBLE, scratch)
+        double_items(_concat(dbl, np.float64, scratch, "f8"), B_DOUBLE, scratch)
         if dbl
         else np.empty(0, np.uint8)
     )
     lng = [v for v, k in zip(values, kinds, strict=True) if k == 1]
     lng_bytes, lng_sizes = (
-        long_varints(lng[0] if len(lng) == 1 else np.concatenate(lng), B_LONG, scratch) if lng else (None, 0)
+        long_varints(_concat(lng, np.int64, scratch, "i8"), B_LONG, scratch) if lng else (None, 0)
     )
     lng_ends = _ends([len(v) for v in lng], lng_sizes) if lng else []
 
@@ -508,6 +508,17 @@ def encode_records(
         out[at:end] = p
         at = end
     return out, len(counts), points
+
+
+def _concat(arrays: list[Any], dtype: type, scratch: Scratch | None, name: str) -> npt.NDArray[Any]:
+    if len(arrays) == 1:
+        return arrays[0]  # type: ignore[no-any-return]
+    total = sum(a.shape[0] for a in arrays)
+    if scratch is None:
+        return np.concatenate(arrays)
+    out: npt.NDArray[Any] = scratch.get(name, total * 8).view(dtype)
+    np.concatenate(arrays, out=out)
+    return out
 
 
 def _ends(counts: list[int], sizes: I64 | int) -> list[int]:

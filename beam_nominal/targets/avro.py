@@ -215,6 +215,12 @@ def _drop_cached(fd: int, start: int, end: int) -> None:
 _FADVISE = getattr(os, "posix_fadvise", None)
 
 
+def _pwritev(fd: int, views: list[memoryview], offset: int) -> int:
+    if hasattr(os, "pwritev"):
+        return os.pwritev(fd, views, offset)
+    return os.pwrite(fd, b"".join(views), offset)  # pragma: no cover - platforms without pwritev
+
+
 class AvroFileTarget:
     """Appends each request to an Avro file, durably, as one block.
 
@@ -467,7 +473,7 @@ class AvroFileTarget:
             at = start
             while views:
                 # One system call for the whole block; a short write resumes where it stopped.
-                written = os.pwritev(self._fd, views, at)
+                written = _pwritev(self._fd, views, at)
                 at += written
                 while views and written >= len(views[0]):
                     written -= len(views[0])
