@@ -44,7 +44,6 @@ TS_BYTES = 16
 #: Estimated encoded bytes of one series' header in a request, plus its name.
 SERIES_OVERHEAD = 24
 
-_NUMERIC = {ValueType.DOUBLE, ValueType.INT64, ValueType.UINT64}
 _FIXED_VALUE_BYTES = {ValueType.DOUBLE: 8, ValueType.INT64: 10, ValueType.UINT64: 10}
 
 I64 = npt.NDArray[np.int64]
@@ -173,6 +172,7 @@ class SeriesBuffer:
     __slots__ = (
         "block",
         "conv",
+        "dtype",
         "fast_type",
         "key",
         "nbytes",
@@ -192,6 +192,9 @@ class SeriesBuffer:
         self.vtype = vtype
         #: Normalises one scalar of this type (raises _Mismatch), or None for arrays/structs.
         self.conv = _SCALAR_CONVERTERS.get(vtype)
+        #: numpy dtype of the value column, or None for object columns. Kept here because
+        #: hashing a ValueType (a str enum) costs a Python-level call on the cut path.
+        self.dtype = vtype.numpy_dtype
         #: The Python type whose values need no conversion at all (float, str), else None.
         #: (Strings always go through ``conv``, which checks that they encode.)
         self.fast_type: type | None = float if vtype is ValueType.DOUBLE else None
@@ -248,7 +251,7 @@ class SeriesBuffer:
     def _spill_tail(self) -> None:
         assert self.tail_counted == len(self.ts_tail), "spilling an unsettled tail"
         self.ts_chunks.append(np.array(self.ts_tail, dtype=np.int64))
-        dtype = self.vtype.numpy_dtype
+        dtype = self.dtype
         self.val_chunks.append(np.array(self.val_tail, dtype=dtype) if dtype is not None else self.val_tail)
         self.ts_tail = []
         self.val_tail = []
@@ -262,7 +265,7 @@ class SeriesBuffer:
         if len(self.ts_chunks) == 1:
             return self.ts_chunks[0], self.val_chunks[0]
         ts = np.concatenate(self.ts_chunks)
-        if self.vtype in _NUMERIC:
+        if self.dtype is not None:
             vals: Any = np.concatenate(self.val_chunks)
         else:
             vals = [v for chunk in self.val_chunks for v in chunk]
@@ -356,7 +359,7 @@ class WideBlock:
                 obj[:] = rows
                 cols = obj.T
                 for j, s in enumerate(self.series):
-                    dtype = s.vtype.numpy_dtype
+                    dtype = s.dtype
                     col = cols[j]
                     vals = col.astype(dtype) if dtype is not None else col.tolist()
                     s.extend(ts, vals, share + (extra if j == 0 else 0))

@@ -75,7 +75,8 @@ def cut_requests(
                     continue
                 n = 1  # a single point larger than the budget still has to go somewhere
             ts, vals, nbytes = s.take(n)
-            buffer.taken(n, nbytes)
+            buffer.points -= n
+            buffer.nbytes -= nbytes
             batches.append(SeriesBatch(s.key, s.vtype, ts, vals))
             room_bytes -= overhead + nbytes
             room_points -= n
