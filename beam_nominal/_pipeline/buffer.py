@@ -547,10 +547,6 @@ class Buffer:
         """Series with buffered points, in first-seen order."""
         return (s for s in self.series.values() if s.points)
 
-    def taken(self, points: int, nbytes: int) -> None:
-        self.points -= points
-        self.nbytes -= nbytes
-
 
 def float_rows(channel: str, rows: Any) -> tuple[list[npt.NDArray[np.float64]], int]:
     """Normalise double-array rows: a 2-D array or a sequence of 1-D sequences."""
