@@ -54,6 +54,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _serve(args: argparse.Namespace) -> int:
     from beam_nominal.server import LocalServer
+    from beam_nominal.server._malloc import keep_freed_memory
+
+    # This process is only the server: let request-sized buffers be reused across requests.
+    keep_freed_memory()
 
     if (args.tls_cert is None) != (args.tls_key is None):
         print("beam-nominal serve: --tls-cert and --tls-key go together", file=sys.stderr)

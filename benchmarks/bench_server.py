@@ -1,12 +1,14 @@
 """How fast the local ingest server stores WriteColumnBatches requests from one Python client.
 
-One client sends pre-encoded requests of ~1 MiB and ~4 MiB (doubles, 1000 series per request,
-each with its own idempotency key as a real client sends them) over one gRPC channel and waits
-for each reply (``--in-flight 1``) or keeps a few in flight. Every reply is a durable commit
-(Parquet written, fsynced, renamed). After each round the stored counts are read back and checked.
+One client sends pre-encoded requests of ~1 MiB and ~4 MiB of doubles, each with its own
+idempotency key as a real client sends them, over one gRPC channel, and keeps 1 or more requests
+in flight. Shapes: ``grouped`` (1000 series per request) and ``deep`` (one series per request).
+Every reply is a durable commit (Parquet written, fsynced, renamed, directory fsynced). After
+each round the stored counts are read back and checked.
 
-    .venv/bin/python benchmarks/bench_server.py                 # server in its own process
-    .venv/bin/python benchmarks/bench_server.py --in-process    # LocalServer in this process
+    .venv/bin/python benchmarks/bench_server.py                      # server in its own process
+    .venv/bin/python benchmarks/bench_server.py --in-flight 1 2 4    # several in-flight settings
+    .venv/bin/python benchmarks/bench_server.py --in-process         # LocalServer in this process
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from beam_nominal.server import LocalServer, LocalStore
 from beam_nominal.server.store import _Committer
 
 RID = "ri.bench.server"
-SERIES = 1000  # --series overrides
+SHAPES = {"grouped": 1000, "deep": 1}  # series per request; --series overrides grouped
 T0 = 1_700_000_000_000_000_000
 
 
@@ -55,7 +57,7 @@ def stages(requests: list[bytes]) -> tuple[float, float]:
     return statistics.median(decode_ms), statistics.median(store_ms)
 
 
-def build_requests(target_bytes: int, count: int, round_no: int) -> tuple[list[bytes], int]:
+def build_requests(target_bytes: int, count: int, round_no: int, series: int) -> tuple[list[bytes], int]:
     """``count`` distinct requests of about ``target_bytes``; returns them and points per request."""
     rng = np.random.default_rng(round_no)
 
@@ -69,13 +71,13 @@ def build_requests(target_bytes: int, count: int, round_no: int) -> tuple[list[b
                 ts,
                 rng.standard_normal(per_series),
             )
-            for s in range(SERIES)
+            for s in range(series)
         ]
         return encode_request(RID, batches)
 
     probe = make(16, 0)
     per_series = max(1, round(16 * target_bytes / len(probe)))
-    return [make(per_series, i) for i in range(count)], per_series * SERIES
+    return [make(per_series, i) for i in range(count)], per_series * series
 
 
 @contextmanager
@@ -130,47 +132,55 @@ def send_all(target: str, requests: list[bytes], in_flight: int) -> float:
 
 
 def main() -> None:
-    global SERIES
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes-mib", type=float, nargs="+", default=[1.0, 4.0])
+    p.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["grouped", "deep"])
     p.add_argument("--requests", type=int, default=40, help="requests per round")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--in-flight", type=int, default=1)
+    p.add_argument("--in-flight", type=int, nargs="+", default=[1, 2])
     p.add_argument("--in-process", action="store_true", help="run LocalServer in this process")
-    p.add_argument("--series", type=int, default=SERIES, help="series per request")
+    p.add_argument("--series", type=int, default=SHAPES["grouped"], help="series per grouped request")
     args = p.parse_args()
-    SERIES = args.series
+    shapes = {**SHAPES, "grouped": args.series}
 
     print(
-        f"server {'in-process' if args.in_process else 'subprocess'}, one client, "
-        f"in flight {args.in_flight}, "
-        f"{SERIES} double series per request, {args.requests} requests x {args.rounds} rounds (median)"
+        f"server {'in-process' if args.in_process else 'subprocess'}, one client, double series, "
+        f"{args.requests} requests x {args.rounds} rounds (median)"
     )
-    print("| request | points/request | requests/s | points/s | MB/s | decode ms | store ms |")
-    print("|---|---|---|---|---|---|---|")
-    for size in args.sizes_mib:
-        with tempfile.TemporaryDirectory(prefix="bench-server-") as tmp:
-            data_dir = Path(tmp)
-            stored = 0
-            rates: list[float] = []
-            with serve(data_dir, args.in_process) as target:
-                for r in range(args.rounds):
-                    requests, points = build_requests(int(size * 2**20), args.requests, r)
-                    nbytes = sum(map(len, requests))
-                    elapsed = send_all(target, requests, args.in_flight)
-                    stored += points * len(requests)
-                    rates.append(elapsed)
-                    got = sum(s.count for s in LocalStore(data_dir).list_series(RID))
-                    if got != stored:
-                        raise SystemExit(f"read back {got} points, expected {stored}")
-            elapsed = statistics.median(rates)
-            n = args.requests
-            decode_ms, store_ms = stages(requests[: min(n, 10)])
-            print(
-                f"| {nbytes / n / 2**20:.2f} MiB | {points:,} | {n / elapsed:.1f} | "
-                f"{n * points / elapsed / 1e6:.2f} M | {nbytes / elapsed / 1e6:.0f} | "
-                f"{decode_ms:.1f} | {store_ms:.1f} |"
-            )
+    print("| shape | request | points/request | in flight | requests/s | points/s | MB/s | decode ms | store ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for shape in args.shapes:
+        series = shapes[shape]
+        for size in args.sizes_mib:
+            with tempfile.TemporaryDirectory(prefix="bench-server-") as tmp:
+                data_dir = Path(tmp)
+                stored = 0
+                rates: dict[int, list[float]] = {k: [] for k in args.in_flight}
+                with serve(data_dir, args.in_process) as target:
+                    for r in range(args.rounds):
+                        requests, points = build_requests(int(size * 2**20), args.requests, r, series)
+                        nbytes = sum(map(len, requests))
+                        # Interleaved, each in-flight setting with its own keys (distinct requests).
+                        for j, in_flight in enumerate(args.in_flight):
+                            if j:
+                                requests, _ = build_requests(
+                                    int(size * 2**20), args.requests, r + 1000 * j, series
+                                )
+                            rates[in_flight].append(send_all(target, requests, in_flight))
+                            stored += points * len(requests)
+                            got = sum(s.count for s in LocalStore(data_dir).list_series(RID))
+                            if got != stored:
+                                raise SystemExit(f"read back {got} points, expected {stored}")
+                n = args.requests
+                decode_ms, store_ms = stages(requests[: min(n, 10)])
+                for in_flight, times in rates.items():
+                    elapsed = statistics.median(times)
+                    print(
+                        f"| {shape} | {nbytes / n / 2**20:.2f} MiB | {points:,} | {in_flight} | {n / elapsed:.1f} | "
+                        f"{n * points / elapsed / 1e6:.2f} M | {nbytes / elapsed / 1e6:.0f} | "
+                        f"{decode_ms:.1f} | {store_ms:.1f} |",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

@@ -133,3 +133,13 @@ def test_one_file_per_commit_with_its_manifest_in_the_footer(tmp_path: Path) -> 
         ("c", 1, 5, 5),
     ]
     assert not _Committer(fresh).commit(RID, batches, "key-1")  # the key came back with the data
+
+
+def test_malloc_thresholds_are_accepted_on_glibc() -> None:
+    import platform
+
+    from beam_nominal.server._malloc import keep_freed_memory
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt thresholds are glibc's")
+    assert keep_freed_memory()
