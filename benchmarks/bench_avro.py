@@ -177,7 +177,7 @@ def breakdown(tmp: Path, batches: list[SeriesBatch], sends: int) -> dict[str, fl
     request = Request(RID, batches)
     times: dict[str, list[float]] = {"encode": [], "compress": [], "write": [], "fsync": []}
     with AvroFileTarget(tmp / "breakdown.avro", overwrite=True) as target:
-        scratch = target._scratch()
+        scratch = avro_mod.thread_scratch()
         for _ in range(sends):
             t0 = time.perf_counter()
             data, records, _ = avro_mod.encode_records(request.batches, "long", scratch)

@@ -10,6 +10,7 @@ costs little more Python than one of a single long series.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -55,7 +56,8 @@ class Scratch:
 
     Request-sized arrays that are fresh each time cost more in first-touch page faults than the
     encoding itself (measured ~2 us per 4 KiB page here: ~5 ms per 8 MiB block), so the streams,
-    the assembled block and the compressed block each live in a buffer that only ever grows.
+    the assembled block and the compressed block each live in a buffer that only grows. A buffer
+    over ``_KEEP_MAX`` is not kept, so one huge request does not pin its memory in the thread.
     """
 
     def __init__(self) -> None:
@@ -65,12 +67,23 @@ class Scratch:
         buf = self._bufs.get(name)
         if buf is None or buf.shape[0] < size:
             buf = np.empty(size + size // 4, dtype=np.uint8)
-            self._bufs[name] = buf
+            if buf.shape[0] <= _KEEP_MAX:
+                self._bufs[name] = buf
+            else:
+                self._bufs.pop(name, None)
         return buf[:size]
 
-    @property
-    def nbytes(self) -> int:
-        return sum(b.shape[0] for b in self._bufs.values())
+
+_KEEP_MAX = 64 << 20
+_LOCAL = threading.local()
+
+
+def thread_scratch() -> Scratch:
+    """This thread's scratch buffers, shared by every target the thread sends to."""
+    scratch: Scratch | None = getattr(_LOCAL, "scratch", None)
+    if scratch is None:
+        scratch = _LOCAL.scratch = Scratch()
+    return scratch
 
 
 # ---------------------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from beam_nominal.targets._avro_block import (
     encode_records,
     long_bytes,
     string_bytes,
+    thread_scratch,
 )
 from beam_nominal.targets.base import Request
 
@@ -298,8 +299,6 @@ class AvroFileTarget:
             os.close(self._fd)
             raise
         self._cond = threading.Condition()
-        # Each sending thread encodes into its own reused buffers (see _avro_block.Scratch).
-        self._local = threading.local()
         self._inflight = 0
         self._closed = False
         self._broken: str | None = None
@@ -379,15 +378,9 @@ class AvroFileTarget:
         parts, points = self._block_parts(batches)
         return b"".join(parts), points
 
-    def _scratch(self) -> Scratch:
-        scratch: Scratch | None = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = Scratch()
-        return scratch
-
     def _block_parts(self, batches: Iterable[SeriesBatch]) -> tuple[list[Any], int]:
         """The block as buffers to write in order; they live in this thread's scratch buffers."""
-        scratch = self._scratch()
+        scratch = thread_scratch()
         try:
             data, records, points = encode_records(batches, self._integers, scratch)
         except BatchError as err:
