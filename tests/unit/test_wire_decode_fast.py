@@ -9,6 +9,7 @@ import pytest
 
 from beam_nominal._wire import decode as dec
 from beam_nominal._wire import reference
+from beam_nominal._wire._varint import varint_bytes
 from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
 from beam_nominal._wire.encode import encode_request
 from beam_nominal.model import SeriesKey, ValueType
@@ -70,22 +71,25 @@ def test_string_batch_sends_the_request_to_the_general_path(fast_calls: list[boo
     same(DecodedRequest(out.dataset_rid, None, out.batches[:-1]), DecodedRequest("ri.r", None, numeric_batches()))
 
 
-def test_count_mismatch_in_the_fast_layout_is_named_as_before(fast_calls: list[bool]) -> None:
-    good = encode_request("ri.r", numeric_batches())
-    # Splice batch 1 (int64, 3 timestamps) to carry only two values: re-encode it with 3
-    # timestamps and 2 values by hand from a 2-point batch's value bytes.
-    b = numeric_batches()
-    three = encode_request("ri.r", [b[1]])
-    two = encode_request("ri.r", [SeriesBatch(b[1].key, ValueType.INT64, b[1].timestamps[:2], b[1].values[:2])])
-    assert good  # the request below is built from single-batch requests
-    ts_three = three[three.index(b"\x1a\x0c") : three.rindex(b"\x22")]
-    head, value_field = two[: two.index(b"\x1a\x0c")], two[two.rindex(b"\x22") :]
-    batch = head[head.index(b"\x0a", 2) :] + ts_three + value_field
-    body = b"\x0a\x04ri.r" + b"\x12" + bytes([len(batch)]) + batch
+@pytest.mark.parametrize("which", [1, 0], ids=["int64", "double"])
+def test_count_mismatch_in_the_fast_layout_is_named_as_before(fast_calls: list[bool], which: int) -> None:
+    # Splice a batch to carry one value fewer than timestamps: the timestamps of the whole
+    # batch, the value field of the batch without its last point.
+    one = numeric_batches()[which]
+    n = len(one)
+    full = encode_request("ri.r", [one])
+    short = encode_request("ri.r", [SeriesBatch(one.key, one.value_type, one.timestamps[:-1], one.values[:-1])])
+    # Each request: rid field (6 bytes), 12 <length>, then the batch: names, timestamps, values.
+    names_end = full.index(b"\x1a\x0c")  # no 1a 0c in these names
+    timestamps = full[names_end : names_end + 14 * n]
+    values = short[short.index(b"\x1a\x0c") + 14 * (n - 1) :]
+    _length, start = dec._len2(full, 7, len(full), "request")
+    batch = full[start:names_end] + timestamps + values
+    body = b"\x0a\x04ri.r" + b"\x12" + varint_bytes(len(batch)) + batch
     with pytest.raises(MalformedBatchError) as info:
         dec.decode_request(body)
-    assert (info.value.index, info.value.channel) == (0, "i")
-    assert "3 timestamps but 2 values" in str(info.value)
+    assert (info.value.index, info.value.channel) == (0, one.key.channel)
+    assert f"{n} timestamps but {n - 1} values" in str(info.value)
     assert fast_calls == [False]
 
 
