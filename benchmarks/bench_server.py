@@ -14,6 +14,7 @@ each round the stored counts are read back and checked.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -80,11 +81,22 @@ def build_requests(target_bytes: int, count: int, round_no: int, series: int) ->
     return [make(per_series, i) for i in range(count)], per_series * series
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc; nan elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def serve(data_dir: Path, in_process: bool) -> Iterator[str]:
+def serve(data_dir: Path, in_process: bool) -> Iterator[tuple[str, int]]:
+    """The server's target and process id (this process when in-process)."""
     if in_process:
         with LocalServer(data_dir) as server:
-            yield server.target
+            yield server.target, os.getpid()
         return
     proc = subprocess.Popen(
         [sys.executable, "-m", "beam_nominal.cli", "serve", "--data-dir", str(data_dir), "--port", "0"],
@@ -96,7 +108,7 @@ def serve(data_dir: Path, in_process: bool) -> Iterator[str]:
         m = re.fullmatch(r"listening on (grpc://\S+)\n", proc.stdout.readline())
         if m is None:
             raise RuntimeError("server did not start")
-        yield m.group(1)
+        yield m.group(1), proc.pid
     finally:
         proc.terminate()
         proc.wait(60)
@@ -147,8 +159,11 @@ def main() -> None:
         f"server {'in-process' if args.in_process else 'subprocess'}, one client, double series, "
         f"{args.requests} requests x {args.rounds} rounds (median)"
     )
-    print("| shape | request | points/request | in flight | requests/s | points/s | MB/s | decode ms | store ms |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| shape | request | points/request | in flight | requests/s | points/s | MB/s | server CPU ms/request "
+        "| decode ms | store ms |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for shape in args.shapes:
         series = shapes[shape]
         for size in args.sizes_mib:
@@ -156,7 +171,8 @@ def main() -> None:
                 data_dir = Path(tmp)
                 stored = 0
                 rates: dict[int, list[float]] = {k: [] for k in args.in_flight}
-                with serve(data_dir, args.in_process) as target:
+                cpu: dict[int, list[float]] = {k: [] for k in args.in_flight}
+                with serve(data_dir, args.in_process) as (target, pid):
                     for r in range(args.rounds):
                         requests, points = build_requests(int(size * 2**20), args.requests, r, series)
                         nbytes = sum(map(len, requests))
@@ -166,7 +182,9 @@ def main() -> None:
                                 requests, _ = build_requests(
                                     int(size * 2**20), args.requests, r + 1000 * j, series
                                 )
+                            before = cpu_seconds(pid)
                             rates[in_flight].append(send_all(target, requests, in_flight))
+                            cpu[in_flight].append((cpu_seconds(pid) - before) / len(requests))
                             stored += points * len(requests)
                             got = sum(s.count for s in LocalStore(data_dir).list_series(RID))
                             if got != stored:
@@ -178,6 +196,7 @@ def main() -> None:
                     print(
                         f"| {shape} | {nbytes / n / 2**20:.2f} MiB | {points:,} | {in_flight} | {n / elapsed:.1f} | "
                         f"{n * points / elapsed / 1e6:.2f} M | {nbytes / elapsed / 1e6:.0f} | "
+                        f"{statistics.median(cpu[in_flight]) * 1e3:.1f} | "
                         f"{decode_ms:.1f} | {store_ms:.1f} |",
                         flush=True,
                     )
