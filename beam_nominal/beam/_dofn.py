@@ -298,11 +298,11 @@ class WriteDoFn(_StreamDoFn):
 class BatchingWriteDoFn(_StreamDoFn):
     """WriteDoFn for a globally windowed input: single points are checked and converted in batches.
 
-    A ``(channel, int ns, value)`` tuple costs one list append here; every ``PENDING_POINTS`` of
-    them (and before any other element, and in ``finish_bundle``) go to
+    A ``(channel, int ns, value)`` tuple costs three list appends here; every ``PENDING_POINTS``
+    of them (and before any other element, and in ``finish_bundle``) go to
     :meth:`ElementWriter.write_points` together. Batch boundaries are element counts, so the
     stream's calls and cut points still depend only on the bundle's data. A bad point is reported
-    when its batch is written, possibly a few thousand elements later; it is emitted as a
+    when its batch is written, possibly thousands of elements later; it is emitted as a
     ``WindowedValue`` in the global window with ``MIN_TIMESTAMP`` (its own timestamp is not known
     without a per-element timestamp parameter, which would slow every element down). Inputs in
     other windows use :class:`WriteDoFn`, which reports every element from its own ``process``.
@@ -310,22 +310,34 @@ class BatchingWriteDoFn(_StreamDoFn):
 
     def __init__(self, config: SinkConfig) -> None:
         super().__init__(config)
-        self._pending: list[Any] = []
+        self._chans: list[Any] = []
+        self._tss: list[int] = []
+        self._vals: list[Any] = []
 
     def start_bundle(self) -> None:
         super().start_bundle()
-        self._pending = []
+        self._chans, self._tss, self._vals = [], [], []
 
     def process(self, element: Any) -> Iterable[TaggedOutput[str, Any]]:
-        if type(element) is tuple and len(element) == 3 and type(element[1]) is int:
-            pending = self._pending
-            pending.append(element)
-            # PENDING_POINTS as a literal (a test keeps them equal): a global lookup per point costs.
-            if len(pending) >= 32768:
-                return self._write_pending()
-            return ()
+        if type(element) is tuple:
+            # Unpacking inside try is cheaper than a len() call, and try costs nothing when no
+            # exception is raised.
+            try:
+                channel, ts, value = element
+            except ValueError:
+                pass
+            else:
+                if type(ts) is int:
+                    tss = self._tss
+                    tss.append(ts)
+                    self._chans.append(channel)
+                    self._vals.append(value)
+                    # PENDING_POINTS as a literal (a test keeps them equal): a global lookup per point costs.
+                    if len(tss) >= 32768:
+                        return self._write_pending()
+                    return ()
         # Everything collected so far goes first, so each series keeps the order of its elements.
-        failed = self._write_pending() if self._pending else []
+        failed = self._write_pending() if self._tss else []
         try:
             self._write(element)
         except (TypeError, ValueError, KeyError) as exc:
@@ -333,10 +345,11 @@ class BatchingWriteDoFn(_StreamDoFn):
         return failed
 
     def _write_pending(self) -> list[TaggedOutput[str, Any]]:
-        batch, self._pending = self._pending, []
+        chans, tss, vals = self._chans, self._tss, self._vals
+        self._chans, self._tss, self._vals = [], [], []
         assert self._writer is not None and self._metrics is not None
         out: list[TaggedOutput[str, Any]] = []
-        for element, exc in self._writer.write_points(batch):
+        for element, exc in self._writer.write_points(chans, tss, vals):
             self._metrics.failed_elements.inc()
             reason = f"element {_describe(element)}: {exc}"
             failed = FailedElement(element, type(exc).__name__, reason)
@@ -344,10 +357,9 @@ class BatchingWriteDoFn(_StreamDoFn):
         return out
 
     def finish_bundle(self) -> Iterable[TaggedOutput[str, Any]] | None:  # type: ignore[override]
-        failed = self._write_pending() if self._pending and self._writer is not None else []
+        failed = self._write_pending() if self._tss and self._writer is not None else []
         super().finish_bundle()
         return failed
-
 
 
 class WriteChunksDoFn(_StreamDoFn):

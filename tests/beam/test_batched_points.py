@@ -93,10 +93,12 @@ def test_batches_write_what_one_by_one_writes_and_catch_each_bad_point(tmp_path:
         writer = ElementWriter(stream)
         failed = []
         for start in range(0, len(points), 7_000):  # batches that split series and bad points unevenly
-            failed.extend(writer.write_points(points[start : start + 7_000]))
+            batch = points[start : start + 7_000]
+            failed.extend(writer.write_points(*(list(f) for f in zip(*batch, strict=True))))
         writer.drain()
-    by_id = {id(e): i for i, e in enumerate(points)}
-    batch_failed = {by_id[id(e)]: (type(exc).__name__, str(exc)) for e, exc in failed}
+    at = {(e[0], e[1]): i for i, e in enumerate(points)}  # (channel, timestamp) is unique here
+    batch_failed = {at[e[0], e[1]]: (type(exc).__name__, str(exc)) for e, exc in failed}
+    assert all(e == points[at[e[0], e[1]]] for e, _ in failed)
     assert sorted(batch_failed) == sorted(BAD)
     assert batch_failed == single_failed
     for i, needle in BAD.items():
@@ -116,7 +118,7 @@ def test_a_batch_keeps_order_with_points_collected_before_it() -> None:
         writer = ElementWriter(stream)
         writer.write(("x", BASE, 0.0))
         writer.write(("x", BASE, 1.0))  # collected in the per-point list
-        assert writer.write_points([("x", BASE, float(i + 2)) for i in range(100)]) == []
+        assert writer.write_points(["x"] * 100, [BASE] * 100, [float(i + 2) for i in range(100)]) == []
         writer.write(("x", BASE, 102.0))
         writer.drain()
     assert [v for _, v in target.series["x"]] == [float(i) for i in range(103)]
@@ -135,7 +137,8 @@ target = Capture()
 with NominalStream(target, dataset_rid="ri.test.seed", linger=None, max_request_points=5000) as stream:
     writer = ElementWriter(stream)
     for b in range(4):
-        writer.write_points([(f"ch{(i * 7919) % 300}", BASE + b * 10_000 + i, float(i)) for i in range(10_000)])
+        chans = [f"ch{(i * 7919) % 300}" for i in range(10_000)]
+        writer.write_points(chans, [BASE + b * 10_000 + i for i in range(10_000)], [float(i) for i in range(10_000)])
     writer.drain()
 print(",".join(sorted(target.digests)))  # sent by parallel workers: any order
 """
@@ -175,7 +178,7 @@ def test_pending_points_stay_bounded_and_requests_leave_during_process() -> None
     peak = 0
     for i in range(n):
         assert list(dofn.process((f"c{i % 50}", BASE + i, float(i)))) == []
-        peak = max(peak, len(dofn._pending))
+        peak = max(peak, len(dofn._tss))
     assert peak == PENDING_POINTS - 1
     # Requests were cut while elements arrived, not all at the end: memory stays bounded.
     assert dofn._stream._core.seq >= 4 * PENDING_POINTS // 10_000  # type: ignore[attr-defined]
