@@ -333,7 +333,9 @@ def _value_array(vt: ValueType, batches: Sequence[SeriesBatch]) -> pa.Array:
     dtype = vt.numpy_dtype
     if dtype is not None:
         # Per-part dtype first: concatenating int64 with uint64 parts would go through float64.
-        column = np.concatenate([np.asarray(v, dtype=dtype) for v in values]) if values else np.empty(0, dtype)
+        parts = [np.asarray(v, dtype=dtype) for v in values]
+        # One part (a deep request) is used as is: the table only reads it until the file is written.
+        column = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, dtype)
         return pa.array(column, type=_ARROW_TYPES[vt])
     if vt in (ValueType.STRING, ValueType.STRUCT):
         return pa.array(list(itertools.chain.from_iterable(values)), type=pa.string())
@@ -378,7 +380,7 @@ def _build_commit(batches: Sequence[SeriesBatch], meta: dict[str, Any]) -> tuple
     counts = np.fromiter(map(len, stamps), dtype=np.int64, count=len(ordered))
     starts = np.zeros(len(ordered), dtype=np.int64)
     np.cumsum(counts[:-1], out=starts[1:])
-    ts = np.concatenate(stamps).astype(np.int64, copy=False)
+    ts = (stamps[0] if len(stamps) == 1 else np.concatenate(stamps)).astype(np.int64, copy=False)
     channels, chan_codes = _codes([k.channel for k in keys])
     tag_sets, tag_codes = _codes([k.tags for k in keys])
     columns: dict[str, pa.Array] = {
