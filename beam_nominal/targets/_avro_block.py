@@ -10,6 +10,7 @@ costs little more Python than one of a single long series.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -352,14 +353,77 @@ def _values_bytes(vt: ValueType, vals: Any) -> bytes:
     if vt is ValueType.STRUCT:
         return string_items(vals, B_STRUCT)
     if vt is ValueType.DOUBLE_ARRAY:
-        head = bytes([B_DOUBLE_ARRAY])
-        return b"".join(
-            [head + _array_block(len(a), double_items(np.asarray(a, dtype=np.float64), None).tobytes()) for a in vals]
-        )
+        return _double_arrays(vals)
     if vt is ValueType.STRING_ARRAY:
-        head = bytes([B_STRING_ARRAY])
-        return b"".join([head + _array_block(len(a), string_items(a, None)) for a in vals])
+        return _string_arrays(vals)
     raise ValueError(f"value type {vt!r} has no Avro form")
+
+
+def _double_arrays(rows: Sequence[Any]) -> bytes:
+    """``DoubleArray`` items; rows of one common width are one (rows, item bytes) matrix."""
+    n = len(rows)
+    widths = {len(a) for a in rows}
+    if len(widths) == 1 and (width := widths.pop()) > 0:
+        mat = np.asarray(rows, dtype="<f8")
+        if mat.shape != (n, width):
+            raise ValueError(f"double array rows of shape {mat.shape}")
+        lead = np.frombuffer(bytes([B_DOUBLE_ARRAY]) + long_bytes(width), dtype=np.uint8)
+        h = lead.shape[0]
+        out = np.empty((n, h + 8 * width + 1), dtype=np.uint8)
+        out[:, :h] = lead
+        out[:, h:-1] = mat.view(np.uint8).reshape(n, 8 * width)
+        out[:, -1] = 0
+        return out.tobytes()
+    head = bytes([B_DOUBLE_ARRAY])
+    return b"".join(
+        [head + _array_block(len(a), double_items(np.asarray(a, dtype=np.float64), None).tobytes()) for a in rows]
+    )
+
+
+def _string_arrays(rows: Sequence[Any]) -> bytes:
+    """``StringArray`` items: every string of every row encoded at once, rows framed by a join.
+
+    With one NUL before each string, a NUL-free text of strings all under 64 UTF-8 bytes has
+    exactly one NUL per string, which becomes that string's one-byte length in place.
+    """
+    counts = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    flat = list(itertools.chain.from_iterable(rows))
+    m = len(flat)
+    if m == 0:
+        return bytes([B_STRING_ARRAY, 0]) * len(rows)
+    buf = np.frombuffer(("\0" + "\0".join(flat)).encode("utf-8"), dtype=np.uint8)
+    nul = np.flatnonzero(buf == 0)
+    if nul.shape[0] != m:
+        return _string_arrays_slow(rows)
+    blens = np.empty(m, dtype=np.int64)
+    blens[:-1] = nul[1:] - nul[:-1] - 1
+    blens[-1] = buf.shape[0] - nul[-1] - 1
+    if int(blens.max()) >= 64:
+        return _string_arrays_slow(rows)
+    items = buf.copy()
+    items[nul] = blens << 1
+    # Byte offset where each row's strings end in ``items``.
+    ends = np.cumsum(blens + 1)
+    stops = np.cumsum(counts)
+    row_ends = np.where(stops > 0, ends[np.maximum(stops - 1, 0)], 0).tolist()
+    mv = items.data
+    pieces: list[Any] = []
+    at = 0
+    branch = bytes([B_STRING_ARRAY])
+    for count, end in zip(counts.tolist(), row_ends, strict=True):
+        if count:
+            pieces.append(branch + long_bytes(count))
+            pieces.append(mv[at:end])
+            pieces.append(b"\x00")
+            at = end
+        else:
+            pieces.append(branch + b"\x00")
+    return b"".join(pieces)
+
+
+def _string_arrays_slow(rows: Sequence[Any]) -> bytes:
+    head = bytes([B_STRING_ARRAY])
+    return b"".join([head + _array_block(len(a), string_items(a, None)) for a in rows])
 
 
 # ---------------------------------------------------------------------------------------------

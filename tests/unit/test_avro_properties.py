@@ -70,10 +70,17 @@ def batches(draw: Any) -> SeriesBatch:
     elif vt in (V.STRING, V.STRUCT):
         values = draw(st.lists(texts, min_size=n, max_size=n))
     elif vt is V.DOUBLE_ARRAY:
-        rows = draw(st.lists(st.lists(double_bits, max_size=5), min_size=n, max_size=n))
+        # Rows of one width take the encoder's matrix path, mixed widths the per-row one.
+        width = draw(st.one_of(st.none(), st.integers(0, 5)))
+        lo, hi = (0, 5) if width is None else (width, width)
+        row = st.lists(double_bits, min_size=lo, max_size=hi)
+        rows = draw(st.lists(row, min_size=n, max_size=n))
         values = [np.array(r, dtype=np.int64).view(np.float64) for r in rows]
     else:
-        values = draw(st.lists(st.lists(texts, max_size=4), min_size=n, max_size=n))
+        # Short NUL-free strings take the encoder's one-pass path; others the per-string one.
+        short = st.text(st.characters(min_codepoint=1, exclude_categories=("Cs",)), max_size=20)
+        words = draw(st.sampled_from([texts, short]))
+        values = draw(st.lists(st.lists(words, max_size=4), min_size=n, max_size=n))
     channel = draw(st.text(min_size=1, max_size=20))
     tags = draw(st.dictionaries(st.text(max_size=10), st.text(max_size=70), max_size=3))
     return SeriesBatch(SeriesKey.of(channel, tags), vt, ts, values)
