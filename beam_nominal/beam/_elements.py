@@ -291,7 +291,7 @@ class ElementWriter:
             return failed
         known = self._batch_index
         try:
-            ts = np.array(tss, dtype=np.int64)
+            ts = np.fromiter(tss, np.int64, n)
             try:
                 idx = np.fromiter(map(known.__getitem__, chans), np.intp, n)
             except KeyError:
@@ -330,7 +330,7 @@ class ElementWriter:
                     column = vals if order is None else list(map(vals.__getitem__, order.tolist()))
                 else:
                     try:
-                        column = np.array(vals, dtype=dtype)
+                        column = np.fromiter(vals, dtype, n)
                     except OverflowError:  # an int beyond int64 somewhere: convert per series
                         column = None
                     else:
