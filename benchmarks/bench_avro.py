@@ -21,9 +21,10 @@ Writers, all to a real file in the same ``AvroStream`` format, snappy unless sai
   batching and Rust Avro writer, with no fsync.
 
 Every round runs every (shape, writer) once, in an order reversed every other round, so drift in
-machine load hits all of them; the table shows medians over rounds of points/s (wall time: fsync
-is I/O). Before timing, every writer's file is read back: ours must give exactly the input, the
-others the right number of points. ``--breakdown`` adds the median milliseconds per send of our
+machine load hits all of them; the tables show medians over rounds of points/s, by wall time
+(fsync is I/O) and by this process's CPU time (all threads: steadier on a shared machine).
+Before timing, every writer's file is read back: ours must give exactly the input, the others
+the right number of points. ``--breakdown`` adds the median milliseconds per send of our
 stages (encode, compress, write, fsync) for each shape.
 
 Run: ``.venv/bin/python benchmarks/bench_avro.py [--rounds 5] [--sends 8] [--breakdown]``
@@ -206,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     data = shapes()
     sends = {"ours": args.sends, "ours null": args.sends, "fastavro": 1, "nominal-streaming": args.sends}
     rates: dict[tuple[str, str], list[float]] = {}
+    cpu_rates: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench_avro_", dir=os.environ.get("BENCH_DIR")) as tmp_name:
         tmp = Path(tmp_name)
         for batches in data.values():
@@ -214,10 +216,11 @@ def main(argv: list[str] | None = None) -> int:
         for rnd in range(args.rounds):
             for shape, writer in jobs if rnd % 2 == 0 else reversed(jobs):
                 path = tmp / "bench.avro"
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 points = WRITERS[writer](path, data[shape], sends[writer])
-                elapsed = time.perf_counter() - t0
+                elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
                 rates.setdefault((shape, writer), []).append(points / elapsed)
+                cpu_rates.setdefault((shape, writer), []).append(points / cpu)
                 path.unlink()
             print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr)
         stages = {shape: breakdown(tmp, b, args.sends) for shape, b in data.items()} if args.breakdown else {}
@@ -232,6 +235,13 @@ def main(argv: list[str] | None = None) -> int:
             f"| {shape} | {sum(len(b) for b in batches):,} | {med['ours']:.1f} | {med['ours null']:.1f} "
             f"| {med['fastavro']:.2f} | {med['nominal-streaming']:.1f} | {ratio:.1f}x |"
         )
+    print("\nM points per CPU second (process time, all threads), same runs\n")
+    print("| shape | ours | ours null | fastavro | nominal-streaming |")
+    print("|---|---|---|---|---|")
+    for shape in data:
+        c = {w: statistics.median(cpu_rates[(shape, w)]) / 1e6 for w in WRITERS}
+        ns = c["nominal-streaming"]
+        print(f"| {shape} | {c['ours']:.1f} | {c['ours null']:.1f} | {c['fastavro']:.2f} | {ns:.1f} |")
     if stages:
         print("\nours, median ms per send\n")
         print("| shape | encode | snappy + CRC | write | fsync |")
