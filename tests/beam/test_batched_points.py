@@ -66,9 +66,11 @@ class _Collect:
     def __init__(self) -> None:
         self.series: dict[str, list[tuple[int, Any]]] = {}
         self.types: dict[str, str] = {}
+        self.tags: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
 
     def send(self, request: Any, timeout: float | None = None) -> None:
         for b in request.batches:
+            self.tags.add((b.key.channel, tuple(b.key.tags)))
             values = b.values.tolist() if isinstance(b.values, np.ndarray) else list(b.values)
             self.series.setdefault(b.key.channel, []).extend(zip(b.timestamps.tolist(), values, strict=True))
             assert self.types.setdefault(b.key.channel, b.value_type.value) == b.value_type.value
@@ -122,6 +124,18 @@ def test_a_batch_keeps_order_with_points_collected_before_it() -> None:
         writer.write(("x", BASE, 102.0))
         writer.drain()
     assert [v for _, v in target.series["x"]] == [float(i) for i in range(103)]
+
+
+def test_transform_tags_apply_to_batched_points_in_order() -> None:
+    target = _Collect()
+    with NominalStream(target, dataset_rid="ri.test.tags", linger=None) as stream:
+        writer = ElementWriter(stream, tags={"rig": "a"})
+        writer.write(("x", BASE, 0.0))  # per-point list of the tagged series
+        later = range(1, 100)
+        assert writer.write_points(["x"] * 99, [BASE + i for i in later], [float(i) for i in later]) == []
+        writer.drain()
+    assert target.tags == {("x", (("rig", "a"),))}
+    assert target.series["x"] == [(BASE + i, float(i)) for i in range(100)]
 
 
 _SEED_SCRIPT = """
