@@ -269,10 +269,10 @@ class ElementWriter:
     def write_points(self, chans: list[Any], tss: list[int], vals: list[Any]) -> list[tuple[Any, Exception]]:
         """Write the points ``zip(chans, tss, vals)`` (int timestamps); return the ones that failed, with why.
 
-        The caller collects the three fields in three lists rather than the tuples: ints, floats
-        and strs are not tracked by the garbage collector, thousands of kept tuples are (and cost
-        a collection every 700 of them). A failed point is reported as a new ``(channel,
-        timestamp, value)`` tuple.
+        The caller collects the fields rather than the tuples: ints, floats and strs are not
+        tracked by the garbage collector, thousands of kept tuples are (and cost a collection
+        every 700 of them). A failed point is reported as a new ``(channel, timestamp, value)``
+        tuple.
 
         The common case is checked and converted a column at a time: the exact Python types of
         all values in one ``set(map(type, ...))``, timestamps in one int64 conversion (which
