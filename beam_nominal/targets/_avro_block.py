@@ -445,6 +445,11 @@ def _key_parts(key: SeriesKey) -> tuple[bytes, bytes]:
     return parts
 
 
+_I8 = np.dtype(np.int64)
+# Value dtypes written as they are: float64 as double, int64 as long (uint64 needs a range check).
+_NATIVE = {ValueType.DOUBLE: np.dtype("<f8"), ValueType.INT64: _I8}
+
+
 def _integer_column(batch: SeriesBatch, integers: str) -> npt.NDArray[Any]:
     """int64 values to write as long, or float64 values when ``integers == "double"``."""
     col = np.asarray(batch.values)
@@ -505,12 +510,26 @@ def encode_records(
         if n == 0:
             continue
         try:
-            ts = np.ascontiguousarray(b.timestamps, dtype=np.int64)
-            if ts.ndim != 1:
-                raise ValueError(f"timestamps of shape {ts.shape}")
+            ts = b.timestamps
+            if type(ts) is not np.ndarray or ts.dtype != _I8 or ts.ndim != 1:
+                ts = np.ascontiguousarray(ts, dtype=np.int64)
+                if ts.ndim != 1:
+                    raise ValueError(f"timestamps of shape {ts.shape}")
             vt = b.value_type
-            if vt is ValueType.DOUBLE:
-                values.append(_column(b.values, n, "<f8"))
+            v = b.values
+            # Columns already in the contract's form (the stream's always are) skip every check.
+            native = _NATIVE.get(vt)
+            if (
+                native is not None
+                and type(v) is np.ndarray
+                and v.shape == (n,)
+                and v.dtype == native
+                and (vt is ValueType.DOUBLE or integers == "long")
+            ):
+                values.append(v)
+                kinds.append(0 if vt is ValueType.DOUBLE else 1)
+            elif vt is ValueType.DOUBLE:
+                values.append(_column(v, n, "<f8"))
                 kinds.append(0)
             elif vt is ValueType.INT64 or vt is ValueType.UINT64:
                 col = _integer_column(b, integers)
@@ -595,8 +614,10 @@ def _concat(arrays: list[Any], dtype: type, scratch: Scratch | None, name: str) 
 
 def _ends(counts: list[int], sizes: I64 | int) -> list[int]:
     """Byte offsets where each record's items end in a stream of items of ``sizes``."""
-    item_ends = np.cumsum(np.array(counts, dtype=np.int64))
+    count_arr = np.array(counts, dtype=np.int64)
+    item_ends = np.cumsum(count_arr)
     if isinstance(sizes, int):
         return (item_ends * sizes).tolist()  # type: ignore[no-any-return]
-    byte_ends = np.cumsum(sizes)
-    return byte_ends[item_ends - 1].tolist()  # type: ignore[no-any-return]
+    # Counts are positive (empty batches have no record), so every segment is non-empty.
+    starts = item_ends - count_arr
+    return np.cumsum(np.add.reduceat(sizes, starts)).tolist()  # type: ignore[no-any-return]
