@@ -333,9 +333,14 @@ def _value_array(vt: ValueType, batches: Sequence[SeriesBatch]) -> pa.Array:
     dtype = vt.numpy_dtype
     if dtype is not None:
         # Per-part dtype first: concatenating int64 with uint64 parts would go through float64.
-        parts = [np.asarray(v, dtype=dtype) for v in values]
-        # One part (a deep request) is used as is: the table only reads it until the file is written.
-        column = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, dtype)
+        column: npt.NDArray[Any]
+        if len(values) == 1:
+            # A deep request's one part is used as is: the table only reads it until the file is written.
+            column = np.asarray(values[0], dtype=dtype)
+        else:
+            # Each part cast straight to the column's dtype (unsafe, as asarray would): int64 and
+            # uint64 parts must not meet in a common float64 type.
+            column = np.concatenate(values, dtype=dtype, casting="unsafe") if values else np.empty(0, dtype)
         return pa.array(column, type=_ARROW_TYPES[vt])
     if vt in (ValueType.STRING, ValueType.STRUCT):
         return pa.array(list(itertools.chain.from_iterable(values)), type=pa.string())
