@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import itertools
 import json
@@ -233,11 +234,16 @@ class _GroupSync:
             else:
                 lead = False
         if lead:
+            synced = False
             try:
                 _fsync_dir(self.path)
+                synced = True
             except OSError as exc:
                 mine.error = exc
             finally:
+                if not synced and mine.error is None:
+                    # Interrupted by something else: the others must not take it for success.
+                    mine.error = OSError(errno.EIO, "directory fsync did not complete")
                 with self._cond:
                     mine.done = True
                     self._running = False

@@ -29,7 +29,7 @@ class GatedFsync:
         self.calls = 0
         self.started = threading.Semaphore(0)
         self.release = threading.Semaphore(0)
-        self.fail_next: OSError | None = None
+        self.fail_next: BaseException | None = None
 
     def __call__(self, path: Path) -> None:
         self.calls += 1
@@ -143,3 +143,32 @@ def test_malloc_thresholds_are_accepted_on_glibc() -> None:
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("mallopt thresholds are glibc's")
     assert keep_freed_memory()
+
+
+def test_an_interrupted_fsync_is_no_success_for_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fsync = GatedFsync()
+    monkeypatch.setattr(store_mod, "_fsync_dir", fsync)
+    sync = _GroupSync(tmp_path)
+    done: list[str] = []
+    first, second = sync.join(), sync.join()
+    leader_error: list[BaseException] = []
+
+    def lead() -> None:
+        try:
+            sync.wait(first)
+        except BaseException as exc:
+            leader_error.append(exc)
+
+    class Interrupt(BaseException):
+        pass
+
+    fsync.fail_next = Interrupt()
+    a = threading.Thread(target=lead)
+    a.start()
+    assert fsync.started.acquire(timeout=10)
+    b = wait_in_thread(sync, done, "b", second)
+    fsync.release.release()
+    a.join(10)
+    b.join(10)
+    assert [type(e) for e in leader_error] == [Interrupt]
+    assert done == ["b: [Errno 5] directory fsync did not complete"]
