@@ -916,7 +916,8 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
     end = len(buf)
     rid = ""
     source: str | None = None
-    batches: list[_Batch] = []
+    # Spans first: the fast path needs nothing else, the general path makes _Batch objects.
+    spans: list[tuple[int, int]] = []
     pos = 0
     while pos < end:
         if buf[pos] == 0x12 and pos + 3 < end:
@@ -925,7 +926,7 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
             pos = s + n
             if pos > end:
                 raise DecodeError(f"request: field of {n} bytes runs past the end of its message")
-            batches.append(_Batch(len(batches), (s, pos)))
+            spans.append((s, pos))
             continue
         field, wt, pos = _tag(buf, pos, end, "request")
         if wt != 2 or field > 3:
@@ -937,12 +938,13 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
         elif field == 3:
             source = _text(buf, s, pos, "source_name")
         else:
-            batches.append(_Batch(len(batches), (s, pos)))
+            spans.append((s, pos))
 
-    if batches:
-        quick = _fast_batches(buf, [b.span for b in batches])
+    if spans:
+        quick = _fast_batches(buf, spans)
         if quick is not None:
             return DecodedRequest(rid, source, quick)
+    batches = [_Batch(i, span) for i, span in enumerate(spans)]
 
     # Walk every batch (structure only), then decode columns of all batches together.
     malformed: dict[int, MalformedBatchError] = {}
