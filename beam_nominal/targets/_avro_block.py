@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from beam_nominal._wire._varint import varint_lengths
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.model import SeriesKey, ValueType
 
@@ -223,6 +222,8 @@ def _fixed_rows(x: I64, lead: int, prefix: int | None, width: int, scratch: Scra
 _MASKS = {
     p: np.array([sum(1 << (8 * k) for k in range(min(n, p))) for n in range(12)], dtype=f"<u{p}") for p in (2, 4, 8)
 }
+# Continuation bits by item size (prefix byte included), for items with and without a prefix.
+_CONT_BY_SIZE = {lead: np.concatenate([np.zeros(lead, dtype=np.uint64), _CONT])[:12] for lead in (0, 1)}
 _MASK_HI = np.array([sum(1 << (8 * k) for k in range(max(n - 8, 0))) for n in range(12)], dtype="<u8")
 
 
@@ -242,26 +243,32 @@ def _packed_rows(x: I64, lead: int, prefix: int | None, width: int, scratch: Scr
     t_b = np.empty(size, dtype=np.uint64)
     mat_b = np.zeros(size * pad, dtype=np.uint8)
     mask_b = np.empty(size * pad, dtype=np.uint8)
+    ge_b = np.empty(size, dtype=np.bool_)
     sizes = np.empty(n, dtype=np.int64)
+    cont = _CONT_BY_SIZE[lead]
     off = 0
     for start in range(0, n, _BLOCK):
         stop = min(start + _BLOCK, n)
         m = stop - start
-        mat, flat_mask = mat_b[: m * pad], mask_b[: m * pad]
+        mat, flat_mask, ge = mat_b[: m * pad], mask_b[: m * pad], ge_b[:m]
         z, w, t = z_b[:m], w_b[:m], t_b[:m]
+        lens = sizes[start:stop]
         _zigzag(x[start:stop], z, t)
         _spread56(z, w, t)
-        lens = varint_lengths(z)
-        w |= _CONT[lens]
-        lens += lead
-        sizes[start:stop] = lens
+        # Item sizes (prefix included), counting the 7-bit thresholds up to the known width.
+        lens.fill(1 + lead)
+        for k in range(1, width):
+            np.greater_equal(z, np.uint64(1 << (7 * k)), out=ge)
+            lens += ge
+        np.take(cont, lens, out=t)
+        w |= t
         if pad <= 8:
             if prefix is not None:
                 w <<= np.uint64(8)
                 w |= np.uint64(prefix)
             # Assigning to the narrower little-endian view keeps each word's low bytes.
             mat.view(f"<u{pad}")[:] = w
-            flat_mask.view(f"<u{pad}")[:] = _MASKS[pad][lens]
+            np.take(_MASKS[pad], lens, out=flat_mask.view(f"<u{pad}"))
         else:
             rows = mat.reshape(m, pad)
             if prefix is not None:
