@@ -44,6 +44,10 @@ def mixed_points(n: int) -> list[Any]:
             out.append(("f32", BASE + i, np.float32(i)))
         elif k == 20:
             out.append(("u", BASE + i, 2**63 + i))  # beyond int64: a uint64 series
+        elif k == 21:
+            out.append(("arr", BASE + i, [float(i), 0.5]))  # array and struct values: per point
+        elif k == 22:
+            out.append(("st", BASE + i, {"i": i}))
         else:
             out.append((f"g{k % 4}", BASE + i, float(i)))
     # Bad ones, each a distinct reason; some in series that are otherwise fine.
@@ -72,6 +76,7 @@ class _Collect:
         for b in request.batches:
             self.tags.add((b.key.channel, tuple(b.key.tags)))
             values = b.values.tolist() if isinstance(b.values, np.ndarray) else list(b.values)
+            values = [v.tolist() if isinstance(v, np.ndarray) else v for v in values]
             self.series.setdefault(b.key.channel, []).extend(zip(b.timestamps.tolist(), values, strict=True))
             assert self.types.setdefault(b.key.channel, b.value_type.value) == b.value_type.value
 
@@ -111,6 +116,8 @@ def test_batches_write_what_one_by_one_writes_and_catch_each_bad_point(tmp_path:
     for ch in a:
         assert a[ch] == b[ch], ch
     assert many.types["f32"] == "double" and many.types["b"] == "int64" and many.types["s15"] == "string"
+    assert many.types["arr"] == "double_array" and many.types["st"] == "struct"
+    assert b["arr"][0] == (BASE + 21, [21.0, 0.5]) and b["st"][0] == (BASE + 22, '{"i":22}')
     assert b["u"][0] == (BASE + 20, 2**63 + 20) and many.types["u"] == "uint64"
 
 
@@ -227,6 +234,8 @@ def test_pipeline_with_batches_lands_exactly_and_reports_each_bad_point(server: 
     for i, (ch, ts, v) in enumerate(points):
         if i not in bad_ids:
             stored = int(v) if isinstance(v, bool) else float(v) if isinstance(v, np.floating) else v
+            if isinstance(v, dict):
+                stored = json.dumps(v, separators=(",", ":"), sort_keys=True)
             expected.setdefault(ch, []).append((ts, stored))
     expected["late.series"] = [(BASE, 1.0), (BASE + 1, 2.0)]
     expected["f1"].append((BASE + N_BEAM, 3.5))
@@ -247,6 +256,7 @@ def test_pipeline_with_batches_lands_exactly_and_reports_each_bad_point(server: 
     assert got.keys() == expected.keys()
     assert got["u"].value_type.value == "uint64" and got["b"].value_type.value == "int64"
     assert got["s15"].value_type.value == "string" and got["i10"].value_type.value == "int64"
+    assert got["arr"].value_type.value == "double_array" and got["st"].value_type.value == "struct"
     for ch, pts in expected.items():
         table = server.store.read(rid, ch)
         stored = list(zip(table.column("timestamp").to_pylist(), table.column("value").to_pylist(), strict=True))
