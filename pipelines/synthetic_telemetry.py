@@ -269,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         '  python -c "from beam_nominal.server import LocalStore; '
         f"print(LocalStore({data_dir!r}).read({args.dataset_rid!r}, 'sensors.s000', "
         "{'vehicle': 'sim-0'}).to_pandas())\"\n"
-        "  DuckDB over the Parquet files: see docs/beam.md"
+        "  DuckDB over the Parquet files: see README.md"
     )
     picture = _picture(data_dir, args.dataset_rid)
     if picture:

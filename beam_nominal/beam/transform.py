@@ -111,7 +111,7 @@ def _identity(kv: tuple[str, Any]) -> tuple[str, Any]:
 class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
     """Write telemetry elements to Nominal (or a Nominal-compatible server, or an Avro file).
 
-    Each element is read by its shape (see ``docs/beam.md``): a point ``(channel, timestamp,
+    Each element is read by its shape (see README.md, "Element shapes"): a point ``(channel, timestamp,
     value[, tags])``, a series ``(channel, timestamps, values[, tags])``, a wide record
     ``(timestamp, {channel: value}[, tags])`` or a flat dict/Row/NamedTuple with a timestamp field
     and one field per channel, or a pyarrow Table/RecordBatch with a timestamp column.
