@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,8 @@ from beam_nominal.server.service import (
 from beam_nominal.server.store import LocalStore, SeriesInfo, _Committer
 
 __all__ = ["LocalServer", "RemoteStore", "parse_target"]
+
+_log = logging.getLogger(__name__)
 
 _GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", _md.MAX_MESSAGE_BYTES),
@@ -92,6 +95,7 @@ class LocalServer:
         self._max_workers = max_workers
         self._server: grpc.Server | None = None
         self._port: int | None = None
+        self._committer: _Committer | None = None
 
     @property
     def port(self) -> int:
@@ -142,14 +146,21 @@ class LocalServer:
         if port == 0:
             raise RuntimeError(f"cannot bind {address}")
         server.start()
-        self._server, self._port = server, port
+        self._server, self._port, self._committer = server, port, committer
         return self
 
     def stop(self, grace: float | None = 5.0) -> None:
-        """Stop accepting calls, let calls in progress finish for up to ``grace`` seconds, return."""
+        """Stop accepting calls, let calls in progress finish for up to ``grace`` seconds, return.
+
+        When this returns, no handler of this server commits anything more: a commit already
+        writing is waited for (it is bounded by the disk), later ones are refused with UNAVAILABLE.
+        So a new server on the same directory sees every request this one acknowledged.
+        """
         server, self._server = self._server, None
         if server is not None:
             server.stop(grace).wait()
+            if self._committer is not None and not self._committer.close():
+                _log.warning("LocalServer.stop: a commit was still running after 30 s")
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the server terminates; True if it did within ``timeout``."""

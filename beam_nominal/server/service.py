@@ -24,7 +24,7 @@ from beam_nominal._wire._proto.beam_nominal.local.v1 import local_pb2, local_pb2
 from beam_nominal._wire._proto.nominal.channel_writer.v1 import nominal_channel_writer_pb2 as cw
 from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError
 from beam_nominal.model import ValueType
-from beam_nominal.server.store import InvalidRequestError, LocalStore, SeriesInfo, _Committer
+from beam_nominal.server.store import InvalidRequestError, LocalStore, SeriesInfo, StoppingError, _Committer
 
 __all__ = [
     "CAPABILITIES_SERVICE",
@@ -133,6 +133,8 @@ class WriterService:
             self._committer.commit(decoded.dataset_rid, decoded.batches, _idempotency_key(context), decoded.source_name)
         except (MalformedBatchError, InvalidRequestError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except StoppingError as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         except OSError as exc:
             _log.exception("commit of dataset %r failed", decoded.dataset_rid)
             context.abort(grpc.StatusCode.UNAVAILABLE, f"storage error, nothing stored: {exc}")

@@ -81,6 +81,10 @@ _PARQUET_OPTIONS: dict[str, Any] = {
 }
 
 
+class StoppingError(RuntimeError):
+    """The server is stopping: a write that arrives now is refused, nothing of it stored."""
+
+
 class InvalidRequestError(ValueError):
     """A request the store refuses as a whole (bad dataset rid); nothing of it is stored."""
 
@@ -671,7 +675,33 @@ class _Committer:
         self.store = store
         self.data_dir = store.data_dir
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # gRPC's stop() cancels calls but cannot stop their handler threads. Without this gate a
+        # handler could still publish after stop() returned, while a new server on the same
+        # directory (which never saw that key) accepts the client's retry: one request, two copies.
+        self._gate = threading.Condition()
+        self._active = 0
+        self._closed = False
         self._recover()
+
+    def close(self, timeout: float | None = 30.0) -> bool:
+        """Refuse new commits and wait for those in progress; True if none is left running."""
+        with self._gate:
+            self._closed = True
+            return self._gate.wait_for(lambda: self._active == 0, timeout)
+
+    @contextlib.contextmanager
+    def _admitted(self) -> Iterator[None]:
+        with self._gate:
+            if self._closed:
+                raise StoppingError("the server is stopping; nothing of this request was stored")
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._gate:
+                self._active -= 1
+                if self._active == 0:
+                    self._gate.notify_all()
 
     def _recover(self) -> None:
         for rid in self.store._dataset_dirs():
@@ -698,9 +728,20 @@ class _Committer:
 
         Raises:
             InvalidRequestError: bad rid.
+            StoppingError: the server is stopping (retryable: nothing was stored).
             MalformedBatchError: a name too long, or a value type conflicting with the stored or
                 another batch's type; names the batch index and channel.
         """
+        with self._admitted():
+            return self._commit(rid, batches, idempotency_key, source_name)
+
+    def _commit(
+        self,
+        rid: str,
+        batches: Sequence[SeriesBatch],
+        idempotency_key: str | None,
+        source_name: str | None,
+    ) -> bool:
         check_dataset_rid(rid)
         types = _validate(batches)
         if not any(map(len, batches)):
