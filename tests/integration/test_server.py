@@ -6,7 +6,6 @@ through a fresh ``LocalStore`` on the same directory and through ``RemoteStore``
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import threading
 from collections.abc import Iterator, Sequence
@@ -624,34 +623,10 @@ def test_leftover_staging_is_removed_and_commits_survive(tmp_path: Path) -> None
         assert_all_types_stored([srv.store, LocalStore(data)])
 
 
-def test_tls(tmp_path: Path) -> None:
-    x509 = pytest.importorskip("cryptography.x509")
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_pem = cert.public_bytes(serialization.Encoding.PEM)
-    (tmp_path / "cert.pem").write_bytes(cert_pem)
-    (tmp_path / "key.pem").write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+def test_tls(tmp_path: Path, tls_files: Any) -> None:
+    cert_pem = tls_files.cert_pem
     with LocalServer(
-        tmp_path / "data", host="localhost", tls_cert=tmp_path / "cert.pem", tls_key=tmp_path / "key.pem"
+        tmp_path / "data", host="localhost", tls_cert=tls_files.cert, tls_key=tls_files.key
     ) as srv:
         assert srv.target == f"grpcs://localhost:{srv.port}"
         ch = grpc.secure_channel(address(srv.target), grpc.ssl_channel_credentials(cert_pem))

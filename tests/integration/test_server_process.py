@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -315,42 +316,16 @@ def test_remote_store_reads_what_a_process_serves(data_dir: Path, procs: list[Se
         assert remote.read(RID, "r", {"unit": "V"}).column("value").to_pylist() == [1.5, 2.5, 3.5, 4.5, 5.5]
 
 
-def test_serve_with_tls(tmp_path: Path, procs: list[Serve]) -> None:
-    x509 = pytest.importorskip("cryptography.x509")
-    import datetime as dt
-
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_pem = cert.public_bytes(serialization.Encoding.PEM)
-    (tmp_path / "cert.pem").write_bytes(cert_pem)
-    (tmp_path / "key.pem").write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+def test_serve_with_tls(tmp_path: Path, procs: list[Serve], tls_files: Any) -> None:
+    cert_pem = tls_files.cert_pem
     server = Serve(
         tmp_path / "data",
         "--host",
         "localhost",
         "--tls-cert",
-        str(tmp_path / "cert.pem"),
+        str(tls_files.cert),
         "--tls-key",
-        str(tmp_path / "key.pem"),
+        str(tls_files.key),
     )
     procs.append(server)
     assert server.target.startswith("grpcs://localhost:")
@@ -359,7 +334,7 @@ def test_serve_with_tls(tmp_path: Path, procs: list[Serve]) -> None:
     ch.close()
     with RemoteStore(server.target, root_certificates=cert_pem) as remote:
         assert remote.read(RID, "tls", {"unit": "V"}).column("value").to_pylist() == [0.5, 1.5, 2.5, 3.5]
-    shown = run_cli("inspect", "--target", server.target, "--ca-cert", str(tmp_path / "cert.pem"))
+    shown = run_cli("inspect", "--target", server.target, "--ca-cert", str(tls_files.cert))
     assert shown.returncode == 0, shown.stderr
     assert "tls" in shown.stdout.split()
     lonely = run_cli("serve", "--data-dir", str(tmp_path / "x"), "--port", "0", "--tls-cert", "c.pem")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,37 +19,8 @@ RID = "ri.nominal.main.dataset.auth-1"
 T = 1_700_000_000_000_000_000
 
 
-def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    x509 = pytest.importorskip("cryptography.x509")
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
-
-
-def test_grpcs_with_a_given_ca_file_and_token(tmp_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+def test_grpcs_with_a_given_ca_file_and_token(tmp_path: Path, tls_files: Any) -> None:
+    cert, key, _ = tls_files
     with LocalServer(tmp_path / "data", host="localhost", tls_cert=cert, tls_key=key, token="s3cret") as srv:
         assert srv.target.startswith("grpcs://localhost:")
         with NominalStream(srv.target, dataset_rid=RID, token="s3cret", ca_file=cert, linger=None) as s:
