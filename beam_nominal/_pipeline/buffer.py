@@ -22,10 +22,11 @@ import numpy as np
 import numpy.typing as npt
 
 from beam_nominal.errors import SeriesTypeError
-from beam_nominal.model import SeriesKey, ValueType
+from beam_nominal.model import MAX_NAME_CHARS, SeriesKey, ValueType
 
 __all__ = [
     "Buffer",
+    "Frozen",
     "SeriesBuffer",
     "WideBlock",
     "convert_scalar",
@@ -143,6 +144,22 @@ def convert_scalar(channel: str, value: Any) -> tuple[ValueType, Any]:
     return vt, _SCALAR_CONVERTERS[vt](value)
 
 
+_TYPE_INFO: dict[ValueType, tuple[Callable[[Any], Any] | None, Any, type | None, int]] = {
+    vt: (
+        _SCALAR_CONVERTERS.get(vt),
+        vt.numpy_dtype,
+        float if vt is ValueType.DOUBLE else None,
+        _FIXED_VALUE_BYTES.get(vt, 0),
+    )
+    for vt in ValueType
+}
+
+
+def _tag_bytes(tags: tuple[tuple[str, str], ...]) -> int:
+    """Estimated request bytes of a series' tags (part of its per-series overhead)."""
+    return sum(len(k) + len(v) + 4 for k, v in tags)
+
+
 def _type_name(value: Any) -> str:
     try:
         return ValueType.of_scalar(value).value
@@ -171,6 +188,7 @@ class SeriesBuffer:
 
     __slots__ = (
         "block",
+        "col",
         "conv",
         "dtype",
         "fast_type",
@@ -187,17 +205,20 @@ class SeriesBuffer:
         "vtype",
     )
 
-    def __init__(self, key: SeriesKey, vtype: ValueType) -> None:
+    def __init__(self, key: SeriesKey, vtype: ValueType, tag_bytes: int | None = None) -> None:
         self.key = key
         self.vtype = vtype
+        # One lookup: hashing a ValueType (a str enum) is a Python-level call, and wide records
+        # create thousands of series at once.
+        conv, dtype, fast_type, value_bytes = _TYPE_INFO[vtype]
         #: Normalises one scalar of this type (raises _Mismatch), or None for arrays/structs.
-        self.conv = _SCALAR_CONVERTERS.get(vtype)
+        self.conv = conv
         #: numpy dtype of the value column, or None for object columns. Kept here because
-        #: hashing a ValueType (a str enum) costs a Python-level call on the cut path.
-        self.dtype = vtype.numpy_dtype
+        #: hashing a ValueType costs a Python-level call on the cut path.
+        self.dtype = dtype
         #: The Python type whose values need no conversion at all (float, str), else None.
         #: (Strings always go through ``conv``, which checks that they encode.)
-        self.fast_type: type | None = float if vtype is ValueType.DOUBLE else None
+        self.fast_type = fast_type
         self.ts_chunks: list[I64] = []
         self.val_chunks: list[Any] = []
         self.ts_tail: list[int] = []
@@ -206,11 +227,15 @@ class SeriesBuffer:
         self.points = 0
         self.nbytes = 0
         #: Fixed encoded bytes per value, or 0 where it varies (strings, arrays).
-        self.value_bytes = _FIXED_VALUE_BYTES.get(vtype, 0)
+        self.value_bytes = value_bytes
         #: The wide block this series is a column of, if any (it may hold no rows now). Kept
         #: after materialising so the next record with the same channel set skips validation.
         self.block: WideBlock | None = None
-        self.overhead = SERIES_OVERHEAD + len(key.channel) + sum(len(k) + len(v) + 4 for k, v in key.tags)
+        #: This series' column index in ``block``.
+        self.col = 0
+        if tag_bytes is None:
+            tag_bytes = _tag_bytes(key.tags)
+        self.overhead = SERIES_OVERHEAD + len(key.channel) + tag_bytes
 
     def conflict(self, got: str) -> SeriesTypeError:
         return SeriesTypeError(
@@ -294,6 +319,7 @@ class WideBlock:
 
     __slots__ = (
         "float_only",
+        "frozen",
         "int_cols",
         "keys",
         "nbytes",
@@ -317,6 +343,8 @@ class WideBlock:
         self.str_cols = [i for i, s in enumerate(series) if s.vtype is ValueType.STRING]
         self.row_bytes = sum(TS_BYTES + s.value_bytes for s in series)
         self.nbytes = 0
+        #: During a cut only: the rows taken out by :meth:`freeze`, for the packer.
+        self.frozen: Frozen | None = None
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -344,6 +372,22 @@ class WideBlock:
         self.nbytes += nbytes
         return nbytes
 
+    def freeze(self) -> Frozen:
+        """Take a float-only block's rows out, transposed, without touching the member series.
+
+        The packer hands each column to a request as it is (a view of one transposed array,
+        all sharing one timestamps array) or moves it into its series with :meth:`Frozen.thaw`:
+        a cut of a wide block then costs one small object per series, not a chunk append and a
+        take.
+        """
+        ts = np.array(self.ts, dtype=np.int64)
+        cols = list(np.array(self.rows, dtype=np.float64).T.copy())
+        share, extra = divmod(self.nbytes, len(self.series))
+        self.rows = []
+        self.ts = []
+        self.nbytes = 0
+        return Frozen(ts, cols, share, extra)
+
     def materialise(self) -> None:
         """Move every row into the member series as one chunk per series."""
         rows, n = self.rows, len(self.ts)
@@ -366,6 +410,24 @@ class WideBlock:
         self.rows = []
         self.ts = []
         self.nbytes = 0
+
+
+class Frozen:
+    """A frozen wide block's rows (see :meth:`WideBlock.freeze`): bytes are shared as by
+    :meth:`WideBlock.materialise`, the remainder going to column 0."""
+
+    __slots__ = ("cols", "extra", "share", "ts")
+
+    def __init__(self, ts: I64, cols: list[Any], share: int, extra: int) -> None:
+        self.ts = ts
+        self.cols = cols
+        self.share = share
+        self.extra = extra
+
+    def thaw(self, s: SeriesBuffer) -> None:
+        """Move ``s``'s column into its chunks, after anything older it holds."""
+        col = s.col
+        s.extend(self.ts, self.cols[col], self.share + self.extra if col == 0 else self.share)
 
 
 class Buffer:
@@ -506,6 +568,10 @@ class Buffer:
     ) -> WideBlock:
         if not keys:
             raise ValueError("enqueue_from_dict got an empty record")
+        if len(set(types)) == 1 and types[0] is float:
+            fast = self._float_series(tag_key, keys, tags)
+            if fast is not None:
+                return self._install_block(tag_key, keys, types, fast)
         # Validate every column before pinning any new series, so a bad record buffers nothing.
         vtypes: list[ValueType] = []
         for ch, v in zip(keys, values, strict=False):
@@ -528,11 +594,85 @@ class Buffer:
         if old is not None and old.ts:
             self.materialise(old)
         series = [self.pin(ch, tags, vt) for ch, vt in zip(keys, vtypes, strict=True)]
+        return self._install_block(tag_key, keys, types, series)
+
+    def _install_block(
+        self,
+        tag_key: tuple[tuple[str, str], ...],
+        keys: tuple[str, ...],
+        types: tuple[type, ...],
+        series: list[SeriesBuffer],
+    ) -> WideBlock:
         block = WideBlock(keys, types, series)
-        for s in series:
+        for j, s in enumerate(series):
             s.block = block
+            s.col = j
         self.blocks[tag_key] = block
         return block
+
+    def _float_series(
+        self, tag_key: tuple[tuple[str, str], ...], keys: tuple[str, ...], tags: Mapping[str, str] | None
+    ) -> list[SeriesBuffer] | None:
+        """The series of a new key set whose values are all Python floats, created in bulk.
+
+        Returns None, having changed nothing, for anything but plain ASCII names of valid length
+        whose existing series are all doubles: the general path then reports errors exactly.
+        """
+        if tags:
+            items = tuple(tags.items())
+            tagged = self.tagged
+            found = [tagged.get((ch, items)) for ch in keys]
+        else:
+            found = list(map(self.untagged.get, keys))
+        missing = [j for j, s in enumerate(found) if s is None]
+        if missing:
+            names = [keys[j] for j in missing]
+            try:
+                joined = "".join(names)
+            except TypeError:
+                return None  # a non-str channel
+            if not joined.isascii() or not all(k.isascii() and v.isascii() for k, v in tag_key):
+                return None
+            if min(map(len, names)) == 0 or max(map(len, names)) > MAX_NAME_CHARS:
+                return None
+            known = [self.series.get(SeriesKey(ch, tag_key)) for ch in names]
+            if any(s is not None and s.vtype is not ValueType.DOUBLE for s in known):
+                return None
+        if any(s is not None and s.vtype is not ValueType.DOUBLE for s in found):
+            return None
+        old = self.blocks.get(tag_key)
+        if old is not None and old.ts:
+            self.materialise(old)
+        if missing:
+            index: dict[Any, SeriesBuffer] = self.tagged if tags else self.untagged
+            series_map = self.series
+            tag_bytes = _tag_bytes(tag_key)
+            for j, ch, s in zip(missing, names, known, strict=True):
+                if s is None:
+                    key = SeriesKey(ch, tag_key)
+                    s = SeriesBuffer(key, ValueType.DOUBLE, tag_bytes)
+                    series_map[key] = s
+                index[(ch, items) if tags else ch] = s
+                found[j] = s
+        return found  # type: ignore[return-value]
+
+    def prepare_cut(self) -> list[WideBlock]:
+        """Settle tails and make every wide block's rows visible to the packer.
+
+        Float-only blocks are frozen (the packer takes their columns, see packer.py); the others
+        are materialised into their series. Returns the frozen blocks, which the packer must
+        thaw or take completely before the cut ends.
+        """
+        self.settle()
+        frozen = []
+        for block in self.blocks.values():
+            if block.ts:
+                if block.float_only:
+                    block.frozen = block.freeze()
+                    frozen.append(block)
+                else:
+                    block.materialise()
+        return frozen
 
     def materialise_all(self) -> None:
         """Settle tails and move every wide block's rows into its series (before a cut)."""

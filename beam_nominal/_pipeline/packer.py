@@ -4,12 +4,17 @@ Many small series share one request (one request carrying 1,000 series costs ~36
 message per series); a long series is split across requests. Cuts are deterministic: they depend
 only on what is buffered (which depends only on input order) and the budget, so a retried Beam
 bundle produces byte-identical requests and therefore the same idempotency keys.
+
+Float-only wide blocks are not moved into their series before a cut: each column that fits whole
+goes into the request as a view of the block's transposed rows, with the block's one timestamps
+array, making the same decision the general loop would (so cuts are the same either way).
 """
 
 from __future__ import annotations
 
-from beam_nominal._pipeline.buffer import Buffer
+from beam_nominal._pipeline.buffer import Buffer, SeriesBuffer
 from beam_nominal._wire.batch import SeriesBatch
+from beam_nominal.model import ValueType
 from beam_nominal.targets.base import Request
 
 __all__ = ["Cut", "cut_requests"]
@@ -51,7 +56,7 @@ def cut_requests(
     """
     if not final and buffer.nbytes < max_bytes and buffer.points < max_points:
         return []
-    buffer.materialise_all()
+    frozen = buffer.prepare_cut()
     cuts: list[Cut] = []
     batches: list[SeriesBatch] = []
     room_bytes, room_points, taken_bytes = max_bytes, max_points, 0
@@ -61,29 +66,73 @@ def cut_requests(
         cuts.append(Cut(Request(dataset_rid, batches, source_name, next_seq + len(cuts)), taken_bytes))
         batches, room_bytes, room_points, taken_bytes = [], max_bytes, max_points, 0
 
-    for s in list(buffer.pending()):
-        while s.points:
-            if not final and buffer.nbytes < max_bytes and buffer.points < max_points and not batches:
-                return cuts
-            overhead = s.overhead
-            avail = room_bytes - overhead
-            per_point = max(1, s.nbytes // s.points)
-            n = min(s.points, room_points, max(0, avail) // per_point)
-            if n <= 0:
-                if batches:
+    if frozen:
+        # Members of a frozen block hold their newest points in the block, not in their chunks.
+        order = [s for s in buffer.series.values() if s.points or (s.block is not None and s.block.frozen)]
+    else:
+        order = list(buffer.pending())
+    double = ValueType.DOUBLE
+    try:
+        for i, s in enumerate(order):
+            block = s.block
+            fz = block.frozen if block is not None else None
+            if fz is not None:
+                if not s.points:
+                    # Nothing older in the series: a column that fits whole goes into the request
+                    # as it is, exactly as the general loop below would take it.
+                    if not final and buffer.nbytes < max_bytes and buffer.points < max_points and not batches:
+                        _thaw(order, i)
+                        return cuts
+                    ts = fz.ts
+                    rows = len(ts)
+                    col = s.col
+                    nbytes = fz.share + fz.extra if col == 0 else fz.share
+                    overhead = s.overhead
+                    if rows <= room_points and room_bytes - overhead >= rows * max(1, nbytes // rows):
+                        batches.append(SeriesBatch(s.key, double, ts, fz.cols[col]))
+                        buffer.points -= rows
+                        buffer.nbytes -= nbytes
+                        room_bytes -= overhead + nbytes
+                        room_points -= rows
+                        taken_bytes += nbytes
+                        if room_points <= 0 or room_bytes <= overhead:
+                            emit()
+                        continue
+                fz.thaw(s)
+            while s.points:
+                if not final and buffer.nbytes < max_bytes and buffer.points < max_points and not batches:
+                    _thaw(order, i + 1)
+                    return cuts
+                overhead = s.overhead
+                avail = room_bytes - overhead
+                per_point = max(1, s.nbytes // s.points)
+                n = min(s.points, room_points, max(0, avail) // per_point)
+                if n <= 0:
+                    if batches:
+                        emit()
+                        continue
+                    n = 1  # a single point larger than the budget still has to go somewhere
+                ts, vals, nbytes = s.take(n)
+                buffer.points -= n
+                buffer.nbytes -= nbytes
+                batches.append(SeriesBatch(s.key, s.vtype, ts, vals))
+                room_bytes -= overhead + nbytes
+                room_points -= n
+                taken_bytes += nbytes
+                if room_points <= 0 or room_bytes <= overhead:
                     emit()
-                    continue
-                n = 1  # a single point larger than the budget still has to go somewhere
-            ts, vals, nbytes = s.take(n)
-            buffer.points -= n
-            buffer.nbytes -= nbytes
-            batches.append(SeriesBatch(s.key, s.vtype, ts, vals))
-            room_bytes -= overhead + nbytes
-            room_points -= n
-            taken_bytes += nbytes
-            if room_points <= 0 or room_bytes <= overhead:
-                emit()
+    finally:
+        for block in frozen:
+            block.frozen = None
     if batches:
         # Final: the partial remainder. Not final: the budget was met up to estimate rounding.
         emit()
     return cuts
+
+
+def _thaw(order: list[SeriesBuffer], start: int) -> None:
+    """Move the frozen columns of series not visited yet into the series, for a later cut."""
+    for s in order[start:]:
+        block = s.block
+        if block is not None and block.frozen is not None:
+            block.frozen.thaw(s)

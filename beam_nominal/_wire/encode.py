@@ -500,12 +500,17 @@ def encode_request(dataset_rid: str, batches: Sequence[SeriesBatch], source_name
     batches = list(batches)
     nb = len(batches)
     vts: list[ValueType] = [ValueType.DOUBLE] * nb
-    ts_cols: list[Any] = [None] * nb
+    # Timestamp columns, each once: batches cut from one wide block share one array, which is
+    # then encoded once. ts_of[i] indexes batch i's column in uniq.
+    uniq: list[Any] = []
+    ts_of = [0] * nb
     counts = [0] * nb
     payloads: list[Any] = [None] * nb
     plens = [0] * nb
     ints: list[int] = []
     strs: list[int] = []
+    last_ts: Any = None
+    n = 0
     # One pass: check shapes and types, and take double columns as they are where possible
     # (a C-contiguous float64 array is its own packed payload).
     for i, b in enumerate(batches):
@@ -514,14 +519,17 @@ def encode_request(dataset_rid: str, batches: Sequence[SeriesBatch], source_name
             vt = _checked_type(i, b)
         vts[i] = vt
         ts = b.timestamps
-        if type(ts) is not np.ndarray or ts.dtype != _I8 or ts.ndim != 1:
-            ts = _checked_timestamps(i, b)
-        n = ts.shape[0]
-        ts_cols[i] = ts
+        if ts is not last_ts:
+            last_ts = ts
+            if type(ts) is not np.ndarray or ts.dtype != _I8 or ts.ndim != 1:
+                ts = _checked_timestamps(i, b)
+            n = ts.shape[0]
+            uniq.append(ts)
+        ts_of[i] = len(uniq) - 1
         counts[i] = n
         if vt is ValueType.DOUBLE:
             vals = b.values
-            if not (type(vals) is np.ndarray and vals.dtype == _F8 and vals.shape == (n,)
+            if not (type(vals) is np.ndarray and vals.dtype == _F8 and vals.shape[0] == n
                     and vals.strides == _STRIDE8):
                 vals = np.ascontiguousarray(_checked_numeric(i, b, n))
             payloads[i] = vals
@@ -535,19 +543,20 @@ def encode_request(dataset_rid: str, batches: Sequence[SeriesBatch], source_name
             payloads[i] = arr
             plens[i] = arr.shape[0]
 
-    # Timestamps of all batches in one pass when none is before 1970 (the usual case).
+    # Timestamps of all columns in one pass when none is before 1970 (the usual case).
     ts_parts: list[Any] = []
     if nb:
-        all_ts = np.concatenate(ts_cols) if nb > 1 else ts_cols[0]
+        all_ts = np.concatenate(uniq) if len(uniq) > 1 else uniq[0]
         if all_ts.shape[0] == 0 or int(all_ts.min()) >= 0:
             mv = _timestamps_5(all_ts).data
             off = 0
-            for c in counts:
-                end = off + c * TIMESTAMP_BYTES
+            for col in uniq:
+                end = off + col.shape[0] * TIMESTAMP_BYTES
                 ts_parts.append(mv[off:end])
                 off = end
         else:
-            ts_parts = [_encode_timestamps(c).data for c in ts_cols]
+            ts_parts = [_encode_timestamps(col).data for col in uniq]
+        ts_parts = [ts_parts[k] for k in ts_of]
 
     # Integers and strings of all batches are encoded together, then sliced per batch.
     if ints:
@@ -571,22 +580,38 @@ def encode_request(dataset_rid: str, batches: Sequence[SeriesBatch], source_name
     parts: list[Any] = []
     if dataset_rid:
         parts.append(_string_field(_T1, dataset_rid))
+    key_cache = _KEY_CACHE
+    # Consecutive batches mostly repeat the framing (same type and length): the last one is
+    # kept, as hashing a ValueType for the cache is a Python-level call.
+    f_vt: Any = None
+    f_plen = f_n = -1
+    framing = b""
     for i, b in enumerate(batches):
         try:
-            head = _key_bytes(b)
-        except UnicodeEncodeError as exc:
-            raise ValueError(f"{_where(i, b)}: channel or tag is not valid Unicode: {exc.reason}") from None
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise TypeError(f"{_where(i, b)}: key must be a SeriesKey of str channel and tags: {exc}") from None
+            head = key_cache.get(b.key)
+        except (AttributeError, TypeError):
+            head = None
+        if head is None:
+            try:
+                head = _key_bytes(b)
+            except UnicodeEncodeError as exc:
+                raise ValueError(f"{_where(i, b)}: channel or tag is not valid Unicode: {exc.reason}") from None
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise TypeError(f"{_where(i, b)}: key must be a SeriesKey of str channel and tags: {exc}") from None
+        vt = vts[i]
         plen = plens[i]
+        n = counts[i]
+        if vt is not f_vt or plen != f_plen or n != f_n:
+            f_vt, f_plen, f_n = vt, plen, n
+            fkey = (vt, plen, n > 0)
+            cached = _FRAMING_CACHE.get(fkey)
+            if cached is None:
+                cached = _values_body(vt, plen, n)
+                if len(_FRAMING_CACHE) >= _KEY_CACHE_SIZE:
+                    _FRAMING_CACHE.clear()
+                _FRAMING_CACHE[fkey] = cached
+            framing = cached
         ts_part = ts_parts[i]
-        fkey = (vts[i], plen, counts[i] > 0)
-        framing = _FRAMING_CACHE.get(fkey)
-        if framing is None:
-            framing = _values_body(vts[i], plen, counts[i])
-            if len(_FRAMING_CACHE) >= _KEY_CACHE_SIZE:
-                _FRAMING_CACHE.clear()
-            _FRAMING_CACHE[fkey] = framing
         body_len = len(head) + ts_part.nbytes + len(framing) + plen
         parts += (_T2 + varint_bytes(body_len), head, ts_part, framing, payloads[i])
     if source_name is not None:

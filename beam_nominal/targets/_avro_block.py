@@ -453,8 +453,7 @@ def _key_parts(key: SeriesKey) -> tuple[bytes, bytes]:
 
 
 _I8 = np.dtype(np.int64)
-# Value dtypes written as they are: float64 as double, int64 as long (uint64 needs a range check).
-_NATIVE = {ValueType.DOUBLE: np.dtype("<f8"), ValueType.INT64: _I8}
+_F8 = np.dtype("<f8")
 
 
 def _integer_column(batch: SeriesBatch, integers: str) -> npt.NDArray[Any]:
@@ -507,34 +506,43 @@ def encode_records(
     """
     keys: list[tuple[bytes, bytes]] = []
     counts: list[int] = []
+    # Timestamp columns, each once: batches cut from one wide block share one array, which is
+    # then encoded once. ts_of[r] indexes record r's column in stamps.
     stamps: list[I64] = []
+    ts_of: list[int] = []
+    last_ts: Any = None
     # Per record: a float64 column, an int64 column, or the finished items.
     values: list[Any] = []
     kinds: list[int] = []  # 0 double, 1 long, 2 bytes
     points = 0
     for i, b in enumerate(batches):
-        n = len(b.timestamps)
-        if n == 0:
-            continue
+        ts = b.timestamps
         try:
-            ts = b.timestamps
-            if type(ts) is not np.ndarray or ts.dtype != _I8 or ts.ndim != 1:
-                ts = np.ascontiguousarray(ts, dtype=np.int64)
-                if ts.ndim != 1:
-                    raise ValueError(f"timestamps of shape {ts.shape}")
+            if ts is not last_ts:
+                last_ts = ts
+                n = len(ts)
+                if n == 0:
+                    continue
+                if type(ts) is not np.ndarray or ts.dtype != _I8 or ts.ndim != 1:
+                    ts = np.ascontiguousarray(ts, dtype=np.int64)
+                    if ts.ndim != 1:
+                        raise ValueError(f"timestamps of shape {ts.shape}")
+                stamps.append(ts)
+            elif n == 0:
+                continue
             vt = b.value_type
             v = b.values
             # Columns already in the contract's form (the stream's always are) skip every check.
-            native = _NATIVE.get(vt)
-            if (
-                native is not None
-                and type(v) is np.ndarray
-                and v.shape == (n,)
-                and v.dtype == native
-                and (vt is ValueType.DOUBLE or integers == "long")
-            ):
+            # (Compared by identity: hashing a ValueType is a Python-level call.)
+            if vt is ValueType.DOUBLE:
+                native: Any = _F8
+            elif vt is ValueType.INT64 and integers == "long":
+                native = _I8
+            else:
+                native = None
+            if native is not None and type(v) is np.ndarray and v.dtype == native and v.shape == (n,):
                 values.append(v)
-                kinds.append(0 if vt is ValueType.DOUBLE else 1)
+                kinds.append(0 if native is _F8 else 1)
             elif vt is ValueType.DOUBLE:
                 values.append(_column(v, n, "<f8"))
                 kinds.append(0)
@@ -549,10 +557,12 @@ def encode_records(
                     raise ValueError(f"{n} timestamps but {len(b.values)} values")
                 values.append(_values_bytes(vt, b.values))
                 kinds.append(2)
-            keys.append(_key_parts(b.key))
+            key = b.key
+            parts = _KEY_CACHE.get(key)
+            keys.append(parts if parts is not None else _key_parts(key))
         except (ValueError, TypeError, AttributeError, UnicodeEncodeError) as exc:
             raise BatchError(i, b, exc) from None
-        stamps.append(ts)
+        ts_of.append(len(stamps) - 1)
         counts.append(n)
         points += n
     if not counts:
@@ -560,7 +570,12 @@ def encode_records(
 
     ts_all = _concat(stamps, np.int64, scratch, "stamps")
     ts_bytes, ts_sizes = long_varints(ts_all, None, scratch)
-    ts_ends = _ends(counts, ts_sizes)
+    ts_mv = ts_bytes.data
+    ts_pieces = []
+    at = 0
+    for end in _ends([s.shape[0] for s in stamps], ts_sizes):
+        ts_pieces.append(ts_mv[at:end])
+        at = end
 
     dbl = [v for v, k in zip(values, kinds, strict=True) if k == 0]
     dbl_bytes = (
@@ -574,17 +589,15 @@ def encode_records(
     )
     lng_ends = _ends([len(v) for v in lng], lng_sizes) if lng else []
 
-    ts_mv, dbl_mv = ts_bytes.data, dbl_bytes.data
+    dbl_mv = dbl_bytes.data
     lng_mv = lng_bytes.data if lng_bytes is not None else dbl_mv
     pieces: list[Any] = []
     small = b""
-    ts_at = dbl_at = lng_at = 0
+    dbl_at = lng_at = 0
     li = 0
-    for (channel, tags), n, kind, vals, ts_end in zip(keys, counts, kinds, values, ts_ends, strict=True):
-        pieces.append(small + channel + long_bytes(n))
-        pieces.append(ts_mv[ts_at:ts_end])
-        ts_at = ts_end
-        pieces.append(b"\x00" + long_bytes(n))
+    for (channel, tags), n, kind, vals, t in zip(keys, counts, kinds, values, ts_of, strict=True):
+        count = long_bytes(n)
+        pieces += (small + channel + count, ts_pieces[t], b"\x00" + count)
         if kind == 0:
             end = dbl_at + 9 * n
             pieces.append(dbl_mv[dbl_at:end])
@@ -598,6 +611,10 @@ def encode_records(
             pieces.append(vals)
         small = b"\x00" + tags
     pieces.append(small)
+    if len(pieces) > 4 * _JOIN_PIECES:
+        # Many short records: one C-level join beats a Python-level copy per piece, even with
+        # the page faults of a fresh buffer.
+        return memoryview(b"".join(pieces)), len(counts), points
     total = sum(map(len, pieces))
     out = (np.empty(total, dtype=np.uint8) if scratch is None else scratch.get("block", total)).data
     at = 0
@@ -606,6 +623,10 @@ def encode_records(
         out[at:end] = p
         at = end
     return out, len(counts), points
+
+
+#: Records above which a block is assembled with ``bytes.join`` rather than in the scratch buffer.
+_JOIN_PIECES = 256
 
 
 def _concat(arrays: list[Any], dtype: type, scratch: Scratch | None, name: str) -> npt.NDArray[Any]:
