@@ -635,7 +635,9 @@ class Buffer:
                 return None
             if min(map(len, names)) == 0 or max(map(len, names)) > MAX_NAME_CHARS:
                 return None
-            known = [self.series.get(SeriesKey(ch, tag_key)) for ch in names]
+            # pin() indexes every untagged series by channel; a tagged one may be indexed under
+            # another order of the same tags only.
+            known = [self.series.get(SeriesKey(ch, tag_key)) for ch in names] if tags else [None] * len(names)
             if any(s is not None and s.vtype is not ValueType.DOUBLE for s in known):
                 return None
         if any(s is not None and s.vtype is not ValueType.DOUBLE for s in found):

@@ -12,7 +12,9 @@ array, making the same decision the general loop would (so cuts are the same eit
 
 from __future__ import annotations
 
-from beam_nominal._pipeline.buffer import Buffer, SeriesBuffer
+from typing import Any
+
+from beam_nominal._pipeline.buffer import Buffer, Frozen, SeriesBuffer
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.model import ValueType
 from beam_nominal.targets.base import Request
@@ -66,12 +68,14 @@ def cut_requests(
         cuts.append(Cut(Request(dataset_rid, batches, source_name, next_seq + len(cuts)), taken_bytes))
         batches, room_bytes, room_points, taken_bytes = [], max_bytes, max_points, 0
 
-    if frozen:
-        # Members of a frozen block hold their newest points in the block, not in their chunks.
-        order = [s for s in buffer.series.values() if s.points or (s.block is not None and s.block.frozen)]
-    else:
-        order = list(buffer.pending())
+    # Members of a frozen block hold their newest points in the block, not in their chunks;
+    # series with nothing buffered pass through the loop below untouched.
+    order = list(buffer.series.values()) if frozen else list(buffer.pending())
     double = ValueType.DOUBLE
+    last: Frozen | None = None
+    block_ts: Any = None
+    cols: list[Any] = []
+    share = rows = need = 0
     try:
         for i, s in enumerate(order):
             block = s.block
@@ -83,13 +87,20 @@ def cut_requests(
                     if not final and buffer.nbytes < max_bytes and buffer.points < max_points and not batches:
                         _thaw(order, i)
                         return cuts
-                    ts = fz.ts
-                    rows = len(ts)
+                    if fz is not last:
+                        last, block_ts, cols, share = fz, fz.ts, fz.cols, fz.share
+                        rows = len(block_ts)
+                        need = rows * max(1, share // rows)
                     col = s.col
-                    nbytes = fz.share + fz.extra if col == 0 else fz.share
                     overhead = s.overhead
-                    if rows <= room_points and room_bytes - overhead >= rows * max(1, nbytes // rows):
-                        batches.append(SeriesBatch(s.key, double, ts, fz.cols[col]))
+                    if col == 0 and fz.extra:
+                        nbytes = share + fz.extra
+                        fits = room_bytes - overhead >= rows * max(1, nbytes // rows)
+                    else:
+                        nbytes = share
+                        fits = room_bytes - overhead >= need
+                    if rows <= room_points and fits:
+                        batches.append(SeriesBatch(s.key, double, block_ts, cols[col]))
                         buffer.points -= rows
                         buffer.nbytes -= nbytes
                         room_bytes -= overhead + nbytes

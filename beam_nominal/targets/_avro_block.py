@@ -595,9 +595,14 @@ def encode_records(
     small = b""
     dbl_at = lng_at = 0
     li = 0
+    last_n = -1
+    count = values_head = b""
     for (channel, tags), n, kind, vals, t in zip(keys, counts, kinds, values, ts_of, strict=True):
-        count = long_bytes(n)
-        pieces += (small + channel + count, ts_pieces[t], b"\x00" + count)
+        if n != last_n:  # records cut from one wide block repeat their count
+            last_n = n
+            count = long_bytes(n)
+            values_head = b"\x00" + count
+        pieces += (small + channel + count, ts_pieces[t], values_head)
         if kind == 0:
             end = dbl_at + 9 * n
             pieces.append(dbl_mv[dbl_at:end])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -10,6 +11,8 @@ from typing import Protocol, runtime_checkable
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal._wire.encode import encode_request
 from beam_nominal._wire.metadata import idempotency_key
+
+_TIMESTAMPS = operator.attrgetter("timestamps")
 
 
 @dataclass(frozen=True, eq=False)
@@ -28,7 +31,9 @@ class Request:
     points: int = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "points", sum(len(b) for b in self.batches))
+        # len(timestamps) is len(batch), without a Python-level call per batch: requests cut from
+        # wide records carry thousands of them.
+        object.__setattr__(self, "points", sum(map(len, map(_TIMESTAMPS, self.batches))))
 
     @functools.cached_property
     def body(self) -> bytes:

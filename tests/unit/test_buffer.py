@@ -109,3 +109,30 @@ def test_unsupported_wide_value_names_channel() -> None:
     with pytest.raises(TypeError, match="enqueue_struct"):
         buf.add_row(1, {"st": {"a": 1}}, None)
     assert buf.points == 0 and not buf.series
+
+
+def test_all_float_record_checks_existing_series_before_creating_any() -> None:
+    buf = Buffer()
+    buf.pin("n", {"a": "1", "b": "2"}, ValueType.INT64)
+    # Same tags in another order: the same series, found although not indexed under this order.
+    with pytest.raises(SeriesTypeError) as info:
+        buf.add_row(1, {"new": 1.0, "n": 2.0}, {"b": "2", "a": "1"})
+    assert "'n'" in str(info.value) and "int64" in str(info.value) and "double" in str(info.value)
+    assert buf.points == 0 and list(buf.series) == [SeriesKey("n", (("a", "1"), ("b", "2")))]
+    # A bad name in an all-float record is reported as for any record, and creates nothing.
+    with pytest.raises(ValueError, match="not valid Unicode"):
+        buf.add_row(1, {"ok": 1.0, "bad\ud800": 2.0}, None)
+    with pytest.raises(ValueError, match="non-empty"):
+        buf.add_row(1, {"ok": 1.0, "": 2.0}, None)
+    assert buf.points == 0
+
+
+def test_type_conflict_in_second_record_of_a_float_block_names_the_channel() -> None:
+    buf = Buffer()
+    buf.add_row(1, {"a": 1.0, "b": 2.0}, {"k": "v"})
+    with pytest.raises(SeriesTypeError) as info:
+        buf.add_row(2, {"a": 3.0, "b": 4}, {"k": "v"})
+    assert "'b'" in str(info.value) and "k=v" in str(info.value)
+    buf.add_row(3, {"a": 5.0, "b": 6.0}, {"k": "v"})
+    buf.materialise_all()
+    assert _drain(buf.series[SeriesKey("b", (("k", "v"),))]) == ([1, 3], [2.0, 6.0])
