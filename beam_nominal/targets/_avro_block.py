@@ -616,11 +616,11 @@ def encode_records(
             pieces.append(vals)
         small = b"\x00" + tags
     pieces.append(small)
-    if len(pieces) > 4 * _JOIN_PIECES:
-        # Many short records: one C-level join beats a Python-level copy per piece, even with
-        # the page faults of a fresh buffer.
-        return memoryview(b"".join(pieces)), len(counts), points
     total = sum(map(len, pieces))
+    if total < _JOIN_BELOW * len(pieces):
+        # Short pieces (records of a few points): one C-level join beats a Python-level copy per
+        # piece, even with the page faults of a fresh buffer; longer ones are cheaper copied.
+        return memoryview(b"".join(pieces)), len(counts), points
     out = (np.empty(total, dtype=np.uint8) if scratch is None else scratch.get("block", total)).data
     at = 0
     for p in pieces:
@@ -630,8 +630,9 @@ def encode_records(
     return out, len(counts), points
 
 
-#: Records above which a block is assembled with ``bytes.join`` rather than in the scratch buffer.
-_JOIN_PIECES = 256
+#: Mean piece size (bytes) below which a block is assembled with ``bytes.join`` rather than in
+#: the scratch buffer (wide records: ~120; 100-point series: ~600).
+_JOIN_BELOW = 256
 
 
 def _concat(arrays: list[Any], dtype: type, scratch: Scratch | None, name: str) -> npt.NDArray[Any]:
