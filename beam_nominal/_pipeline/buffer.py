@@ -381,7 +381,8 @@ class WideBlock:
         take.
         """
         ts = np.array(self.ts, dtype=np.int64)
-        cols = list(np.array(self.rows, dtype=np.float64).T.copy())
+        # Filled in Fortran order, the transpose is C-contiguous as it is: no transposing copy.
+        cols = list(np.array(self.rows, dtype=np.float64, order="F").T)
         share, extra = divmod(self.nbytes, len(self.series))
         self.rows = []
         self.ts = []
@@ -395,7 +396,7 @@ class WideBlock:
             ts = np.array(self.ts, dtype=np.int64)
             share, extra = divmod(self.nbytes, len(self.series))
             if self.float_only:
-                cols: Any = np.array(rows, dtype=np.float64).T.copy()
+                cols: Any = np.array(rows, dtype=np.float64, order="F").T
                 for j, s in enumerate(self.series):
                     s.extend(ts, cols[j], share + (extra if j == 0 else 0))
             else:
