@@ -166,7 +166,6 @@ class _StreamDoFn(beam.DoFn):
         self._stream: Any = None
         self._writer: ElementWriter | None = None
         self._write: Any = None
-        self._untagged: dict[str, tuple[Any, list[Any], list[Any]]] = {}
         self._metrics: SinkMetrics | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -208,7 +207,6 @@ class _StreamDoFn(beam.DoFn):
             self._stream, timestamp_field=self._config.timestamp_field, tags=self._config.tags
         )
         self._write = self._writer.write
-        self._untagged = self._writer._untagged
 
     def _fail(self, element: Any, exc: Exception) -> list[TaggedOutput[str, Any]]:
         assert self._metrics is not None
@@ -267,27 +265,8 @@ class WriteDoFn(_StreamDoFn):
     """Writes elements of any supported shape; bad ones go to the ``failed`` output."""
 
     def process(self, element: Any) -> Iterable[TaggedOutput[str, Any]]:
-        # ElementWriter.write's fast path, inlined: one Python call less per point matters when
-        # every element is one point (see ElementWriter.write for the rules).
-        if type(element) is tuple and len(element) == 3:
-            channel, ts, value = element
-            try:
-                buf = self._untagged.get(channel)
-            except TypeError:
-                buf = None
-            if buf is not None:
-                vt, tl, vl = buf
-                if (
-                    type(value) is vt
-                    and type(ts) is int
-                    and -9223372036854775808 < ts <= 9223372036854775807
-                    and (vt is not int or -9223372036854775808 <= value <= 9223372036854775807)
-                ):
-                    tl.append(ts)
-                    vl.append(value)
-                    if len(tl) >= self._writer._series_limit:  # type: ignore[union-attr]
-                        self._writer._flush_series((channel, ()))  # type: ignore[union-attr]
-                    return ()
+        # Globally windowed input (every batch pipeline unless it windows) goes to
+        # BatchingWriteDoFn, so this path need not shave single Python calls off each point.
         try:
             self._write(element)
         except (TypeError, ValueError, KeyError) as exc:
