@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import json
 import logging
 import os
 import sys
@@ -214,8 +213,24 @@ def _picture(data_dir: str, dataset_rid: str) -> str | None:
     return path
 
 
+def _quiet_beam_import_noise(record: logging.LogRecord) -> bool:
+    # Importing Beam's IO modules logs a root WARNING about optional GCP client libraries; it
+    # says nothing about this job and is the first thing a newcomer would see.
+    return "apitools not found" not in record.getMessage()
+
+
+def _command(name: str) -> str:
+    """How to run one of this environment's scripts from the current directory."""
+    path = os.path.join(os.path.dirname(sys.executable), name)
+    if not os.path.exists(path):
+        return name
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("..") else path
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
+    logging.getLogger().addFilter(_quiet_beam_import_noise)
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -262,11 +277,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     print(f"read-back check: all {len(expected)} series hold exactly the generated {total:,} points")
+    inspect, python = _command("beam-nominal"), _command("python")
     print(
         f"\nData: {data_dir} (dataset {args.dataset_rid})\n"
-        f"  beam-nominal inspect --data-dir {data_dir} --dataset {args.dataset_rid}\n"
-        f"  beam-nominal inspect --data-dir {data_dir} --dataset {args.dataset_rid} --channel flight.phase\n"
-        '  python -c "from beam_nominal.server import LocalStore; '
+        f"  {inspect} inspect --data-dir {data_dir} --dataset {args.dataset_rid}\n"
+        f"  {inspect} inspect --data-dir {data_dir} --dataset {args.dataset_rid} --channel flight.phase\n"
+        f'  {python} -c "from beam_nominal.server import LocalStore; '
         f"print(LocalStore({data_dir!r}).read({args.dataset_rid!r}, 'sensors.s000', "
         "{'vehicle': 'sim-0'}).to_pandas())\"\n"
         "  DuckDB over the Parquet files: see README.md"
@@ -274,8 +290,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     picture = _picture(data_dir, args.dataset_rid)
     if picture:
         print(f"  picture of three channels: {picture}")
-    if args.demo:
-        print(json.dumps({"points": points, "seconds": round(elapsed, 2)}))
     return 0
 
 
