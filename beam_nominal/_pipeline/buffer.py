@@ -172,7 +172,7 @@ def _tail_value_bytes(vtype: ValueType, values: list[Any]) -> int:
     if vtype is ValueType.STRING or vtype is ValueType.STRUCT:
         return sum(map(len, values)) + 3 * len(values)
     if vtype is ValueType.DOUBLE_ARRAY:
-        return int(sum(a.size for a in values)) * 8 + 4 * len(values)
+        return sum(map(len, values)) * 8 + 4 * len(values)
     if vtype is ValueType.STRING_ARRAY:
         return sum(sum(map(len, r)) + 2 * len(r) for r in values) + 4 * len(values)
     return _FIXED_VALUE_BYTES[vtype] * len(values)
@@ -699,7 +699,7 @@ def float_rows(channel: str, rows: Any) -> tuple[list[npt.NDArray[np.float64]], 
         arr = np.ascontiguousarray(rows, dtype=np.float64)
         return list(arr), arr.size * 8 + 4 * len(arr)
     out = [float_row(channel, r) for r in rows]
-    return out, sum(r.size for r in out) * 8 + 4 * len(out)
+    return out, sum(map(len, out)) * 8 + 4 * len(out)
 
 
 def float_row(channel: str, row: Any) -> npt.NDArray[np.float64]:
