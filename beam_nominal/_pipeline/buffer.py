@@ -15,6 +15,7 @@ Nothing here is thread-safe; the stream serialises access with its lock.
 from __future__ import annotations
 
 import json
+from array import array as _DoubleRow
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -277,7 +278,12 @@ class SeriesBuffer:
         assert self.tail_counted == len(self.ts_tail), "spilling an unsettled tail"
         self.ts_chunks.append(np.array(self.ts_tail, dtype=np.int64))
         dtype = self.dtype
-        self.val_chunks.append(np.array(self.val_tail, dtype=dtype) if dtype is not None else self.val_tail)
+        if dtype is not None:
+            self.val_chunks.append(np.array(self.val_tail, dtype=dtype))
+        elif self.vtype is ValueType.DOUBLE_ARRAY:
+            self.val_chunks.append(double_rows_column(self.val_tail))
+        else:
+            self.val_chunks.append(self.val_tail)
         self.ts_tail = []
         self.val_tail = []
         self.tail_counted = 0
@@ -290,10 +296,13 @@ class SeriesBuffer:
         if len(self.ts_chunks) == 1:
             return self.ts_chunks[0], self.val_chunks[0]
         ts = np.concatenate(self.ts_chunks)
+        chunks = self.val_chunks
         if self.dtype is not None:
-            vals: Any = np.concatenate(self.val_chunks)
+            vals: Any = np.concatenate(chunks)
+        elif _same_width_matrices(chunks):
+            vals = np.concatenate(chunks)
         else:
-            vals = [v for chunk in self.val_chunks for v in chunk]
+            vals = [v for chunk in chunks for v in chunk]
         self.ts_chunks = [ts]
         self.val_chunks = [vals]
         return ts, vals
@@ -698,24 +707,51 @@ def float_rows(channel: str, rows: Any) -> tuple[list[npt.NDArray[np.float64]], 
             raise TypeError(f"channel {channel!r}: double-array rows must be numeric, got dtype {rows.dtype}")
         arr = np.ascontiguousarray(rows, dtype=np.float64)
         return list(arr), arr.size * 8 + 4 * len(arr)
-    out = [float_row(channel, r) for r in rows]
+    out = [float_array_row(channel, r) for r in rows]
     return out, sum(map(len, out)) * 8 + 4 * len(out)
 
 
-def float_row(channel: str, row: Any) -> npt.NDArray[np.float64]:
-    """One double-array value as a fresh 1-D float64 array (the caller may reuse its list)."""
+def _same_width_matrices(chunks: list[Any]) -> bool:
+    """Whether every chunk is a 2-D double-array column of one width (so they concatenate)."""
+    widths = {c.shape[1] if isinstance(c, np.ndarray) and c.ndim == 2 else -1 for c in chunks}
+    return len(widths) == 1 and -1 not in widths
+
+
+def double_rows_column(rows: list[Any]) -> Any:
+    """A tail of double-array rows as a column: one (rows, width) float64 matrix when every row
+    is an ``array('d')`` of one width (the common case of ``enqueue_float_array`` with lists: one
+    join instead of an ndarray per row, and the encoders take the matrix in one piece), else a
+    list of 1-D float64 arrays, as ``SeriesBatch`` also allows."""
+    if rows and all(type(r) is _DoubleRow for r in rows) and len(set(map(len, rows))) == 1:
+        width = len(rows[0])
+        if width:
+            return np.frombuffer(b"".join(rows), dtype=np.float64).reshape(len(rows), width)
+    return [np.frombuffer(r, dtype=np.float64) if type(r) is _DoubleRow else r for r in rows]
+
+
+def float_row(channel: str, row: Any) -> Any:
+    """One double-array value for a series' tail, copied (the caller may reuse its list).
+
+    A list becomes an ``array('d')``: checked and converted in C, several times cheaper than an
+    ndarray for short rows, and a spilled tail of them becomes one 2-D column
+    (:func:`double_rows_column`). Anything else becomes a fresh 1-D float64 ndarray.
+    """
     if type(row) is list:  # the common case, without the slower abstract-type checks
         try:
-            arr = np.array(row, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
+            return _DoubleRow("d", row)
+        except (TypeError, ValueError, OverflowError) as exc:
             raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}") from None
-    else:
-        if isinstance(row, (str, bytes, Mapping)):
-            raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers, got {row!r:.80}")
-        try:
-            arr = np.array(row, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}") from None
+    return float_array_row(channel, row)
+
+
+def float_array_row(channel: str, row: Any) -> npt.NDArray[np.float64]:
+    """One double-array value as a fresh 1-D float64 array (the caller may reuse its list)."""
+    if isinstance(row, (str, bytes, Mapping)):
+        raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers, got {row!r:.80}")
+    try:
+        arr = np.array(row, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}") from None
     if arr.ndim != 1:
         raise TypeError(f"channel {channel!r}: a double array must be 1-D, got shape {arr.shape}")
     return arr

@@ -364,7 +364,8 @@ def _values_bytes(vt: ValueType, vals: Any) -> bytes:
 def _double_arrays(rows: Sequence[Any]) -> bytes:
     """``DoubleArray`` items; rows of one common width are one (rows, item bytes) matrix."""
     n = len(rows)
-    widths = {len(a) for a in rows}
+    # A spilled tail of same-width rows arrives as one matrix: no per-row objects at all.
+    widths = {rows.shape[1]} if isinstance(rows, np.ndarray) and rows.ndim == 2 else {len(a) for a in rows}
     if len(widths) == 1 and (width := widths.pop()) > 0:
         mat = np.asarray(rows, dtype="<f8")
         if mat.shape != (n, width):

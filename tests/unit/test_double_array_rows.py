@@ -1,0 +1,99 @@
+"""Double-array rows from ``enqueue_float_array``: tails of same-width lists become one matrix.
+
+The matrix path must be invisible: the same values reach the wire and an Avro file as through
+per-row arrays, including when a series mixes widths, lists and ndarrays, and bad rows still fail
+at enqueue.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _stream_fakes import RecordingTarget
+
+from beam_nominal._pipeline.buffer import double_rows_column, float_row
+from beam_nominal.model import SeriesKey
+from beam_nominal.stream import NominalStream
+from beam_nominal.targets.avro import AvroFileTarget, read_avro_file
+
+T0 = 1_700_000_000_000_000_000
+RID = "ri.test.rows"
+
+
+def _rows(n: int) -> list[list[float]]:
+    # Rows of width 3 with a ragged stretch and special values in the middle, then width 3 again.
+    rows: list[list[float]] = []
+    for i in range(n):
+        if 5000 <= i < 5003:
+            rows.append([float(i)] * (i - 4999))  # widths 1, 2, 3
+        elif i == 6000:
+            rows.append([math.nan, -0.0, math.inf])
+        else:
+            rows.append([i * 0.5, -i * 1.0, 2.0**60 + i])
+    return rows
+
+
+def _write(stream: NominalStream, rows: list[list[float]]) -> None:
+    for i, row in enumerate(rows):
+        if 7000 <= i < 7003:
+            stream.enqueue_float_array("spectrum", T0 + i, np.array(row))  # ndarrays among lists
+        else:
+            stream.enqueue_float_array("spectrum", T0 + i, row)
+    stream.enqueue_float_array("empty", T0, [])
+
+
+def _same(got: list[object], want: list[list[float]]) -> None:
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        g = list(np.asarray(g, dtype=np.float64))
+        assert len(g) == len(w), i
+        for a, b in zip(g, w, strict=True):
+            assert (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b)), i
+
+
+def test_rows_reach_the_wire_exactly_across_spills() -> None:
+    rows = _rows(9000)  # more than two tail spills of 4,096
+    target = RecordingTarget()
+    with NominalStream(target, dataset_rid=RID, linger=None, max_request_bytes=64 * 1024) as stream:
+        _write(stream, rows)
+    points = target.points()
+    spectrum = points[SeriesKey.of("spectrum")]
+    assert [t for t, _ in spectrum] == [T0 + i for i in range(len(rows))]
+    _same([v for _, v in spectrum], rows)
+    assert [list(v) for _, v in points[SeriesKey.of("empty")]] == [[]]  # type: ignore[call-overload]
+
+
+def test_rows_reach_an_avro_file_exactly(tmp_path: Path) -> None:
+    rows = _rows(9000)
+    path = tmp_path / "rows.avro"
+    with NominalStream(AvroFileTarget(path, dataset_rid=RID), dataset_rid=RID, linger=None) as stream:
+        _write(stream, rows)
+    series = read_avro_file(path)
+    [(ts, values)] = [v for k, v in series.items() if k[0] == "spectrum"]
+    assert list(ts) == [T0 + i for i in range(len(rows))]
+    _same(list(values), rows)
+
+
+@pytest.mark.parametrize("row", [["a", 1.0], [[1.0, 2.0]], [None], [2**2000]])
+def test_a_bad_row_fails_at_enqueue_naming_the_channel(row: list[object]) -> None:
+    target = RecordingTarget()
+    with NominalStream(target, dataset_rid=RID, linger=None) as stream:
+        stream.enqueue_float_array("ok", T0, [1.0])
+        with pytest.raises(TypeError, match="'bad'"):
+            stream.enqueue_float_array("bad", T0, row)
+    assert SeriesKey.of("bad") not in target.points()
+    assert len(target.points()[SeriesKey.of("ok")]) == 1
+
+
+def test_a_tail_of_same_width_lists_becomes_one_matrix_and_anything_else_stays_rows() -> None:
+    tail = [float_row("c", [float(i), i + 0.5]) for i in range(5)]
+    matrix = double_rows_column(tail)
+    assert isinstance(matrix, np.ndarray) and matrix.shape == (5, 2)
+    assert matrix.tolist() == [[float(i), i + 0.5] for i in range(5)]
+    mixed = double_rows_column([*tail, float_row("c", np.array([1.0, 2.0]))])
+    assert isinstance(mixed, list) and [r.tolist() for r in mixed] == [*matrix.tolist(), [1.0, 2.0]]
+    ragged = double_rows_column([float_row("c", [1.0]), float_row("c", [1.0, 2.0])])
+    assert isinstance(ragged, list) and [r.tolist() for r in ragged] == [[1.0], [1.0, 2.0]]
