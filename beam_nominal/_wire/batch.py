@@ -16,8 +16,9 @@ class SeriesBatch:
     """All points of one series in one request, as columns.
 
     ``values`` by type: DOUBLE/INT64/UINT64 a 1-D ndarray of float64/int64/uint64; STRING and
-    STRUCT (JSON text) a list of str; DOUBLE_ARRAY a list of 1-D float64 ndarrays; STRING_ARRAY a
-    list of lists of str. ``len(values) == len(timestamps)`` always.
+    STRUCT (JSON text) a list of str; DOUBLE_ARRAY a list of 1-D float64 ndarrays, or one
+    (rows, width) float64 matrix when all rows share a width; STRING_ARRAY a list of lists of
+    str. ``len(values) == len(timestamps)`` always.
     """
 
     key: SeriesKey
