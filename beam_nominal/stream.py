@@ -717,7 +717,12 @@ class NominalStream:
             ValueError: lengths differ, or a bad channel/timestamp.
             SeriesTypeError / TypeError: a value type conflict or an unsupported value.
         """
-        ts = np.array(timestamps_ns(timestamps), dtype=np.int64, copy=True)
+        if type(timestamps) is np.ndarray and timestamps.dtype == _I64:
+            # The common case (int64 ns), without the general conversion: a copy, as callers
+            # may reuse their arrays.
+            ts = timestamps.copy()
+        else:
+            ts = np.array(timestamps_ns(timestamps), dtype=np.int64, copy=True)
         if not self._core.accepting:
             self._core.check_open()
         # The pin is read without the lock (a dict lookup is atomic) and re-checked under it.
@@ -948,6 +953,7 @@ def _describe(value: Any) -> str:
 
 
 _F64 = np.dtype(np.float64)
+_I64 = np.dtype(np.int64)
 
 
 def _column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueType, Any, int]:
