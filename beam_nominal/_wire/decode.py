@@ -315,13 +315,13 @@ def _combine(sec: I64, nanos: I64, index: int, channel: str) -> I64:
     return out
 
 
-def _packed_field(buf: bytes, start: int, stop: int, where: str) -> list[tuple[int, int]]:
-    """Spans of every packed occurrence of field 1 in a points message; unpacked -> fallback."""
+def _packed_field(buf: bytes, start: int, stop: int, where: str, number: int = 1) -> list[tuple[int, int]]:
+    """Spans of every packed occurrence of field ``number`` in a message; unpacked -> fallback."""
     spans: list[tuple[int, int]] = []
     pos = start
     while pos < stop:
         field, wt, pos = _tag(buf, pos, stop, where)
-        if field == 1:
+        if field == number:
             if wt != 2:
                 raise _Fallback
             s, pos = _length(buf, pos, stop, where)
@@ -352,18 +352,7 @@ def _double_rows(buf: bytes, start: int, stop: int, where: str) -> list[Any]:
             continue
         s, pos = _length(buf, pos, stop, where)
         # DoubleArrayPoint { packed double value = 2 }
-        spans: list[tuple[int, int]] = []
-        p = s
-        while p < pos:
-            f, w, p = _tag(buf, p, pos, where)
-            if f == 2:
-                if w != 2:
-                    raise _Fallback
-                a, p = _length(buf, p, pos, where)
-                spans.append((a, p))
-            else:
-                p = _skip(buf, p, pos, f, w, where)
-        rows.append(_doubles(buf, spans, where))
+        rows.append(_doubles(buf, _packed_field(buf, s, pos, where, 2), where))
     return rows
 
 
