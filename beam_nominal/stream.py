@@ -718,6 +718,15 @@ class NominalStream:
             SeriesTypeError / TypeError: a value type conflict or an unsupported value.
         """
         if type(timestamps) is np.ndarray and timestamps.dtype == _I64:
+            if (
+                not tags
+                and type(values) is np.ndarray
+                and values.dtype == _F64
+                and timestamps.ndim == 1
+                and values.shape == timestamps.shape
+                and self._add_doubles(channel, timestamps, values)
+            ):
+                return
             # The common case (int64 ns), without the general conversion: a copy, as callers
             # may reuse their arrays.
             ts = timestamps.copy()
@@ -732,6 +741,49 @@ class NominalStream:
         if not len(ts):
             return
         self._add_chunk(channel, tags, vt, ts, vals, vbytes + TS_BYTES * len(ts))
+
+    def _add_doubles(self, channel: str, timestamps: Any, values: Any) -> bool:
+        """enqueue_batch's hot path: float64 points for a known untagged float64 series.
+
+        Returns False, having buffered nothing, whenever the general path is needed (a new or
+        differently typed series, a tail or wide block to settle first, a closed or full stream,
+        no points), so that path keeps every check and error message.
+        """
+        n = timestamps.shape[0]
+        s = self._buffer.untagged.get(channel)
+        if s is None or s.vtype is not _DOUBLE or not n:
+            return False
+        # Copies, as callers may reuse their arrays; made before the lock is taken.
+        ts = timestamps.copy()
+        vals = values.copy()
+        nbytes = 16 * n  # TS_BYTES + 8 per point
+        c = self._core
+        buf = self._buffer
+        lock = self._lock
+        lock.acquire()
+        try:
+            if (
+                c.gate
+                or buf.nbytes + c.in_flight_bytes >= c.budget
+                or s.ts_tail
+                or (s.block is not None and s.block.ts)
+            ):
+                return False
+            if c.first_buffered_at is None:
+                c.first_buffered_at = c.clock()
+            s.ts_chunks.append(ts)
+            s.val_chunks.append(vals)
+            s.points += n
+            s.nbytes += nbytes
+            buf.points += n
+            buf.nbytes += nbytes
+            if buf.nbytes + c.in_flight_bytes < c.budget and buf.nbytes < c.max_bytes and buf.points < c.max_points:
+                return True
+            reqs = c.settled()
+        finally:
+            lock.release()
+        c.submit(reqs)
+        return True
 
     def _pinned(self, channel: str, tags: Mapping[str, str] | None) -> ValueType | None:
         buf = self._core.buffer
@@ -954,6 +1006,7 @@ def _describe(value: Any) -> str:
 
 _F64 = np.dtype(np.float64)
 _I64 = np.dtype(np.int64)
+_DOUBLE = ValueType.DOUBLE
 
 
 def _column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueType, Any, int]:

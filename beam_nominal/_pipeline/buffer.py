@@ -309,6 +309,17 @@ class SeriesBuffer:
 
     def take(self, n: int) -> tuple[I64, Any, int]:
         """Remove and return the first ``n`` settled points: (timestamps, values, estimated bytes)."""
+        if n >= self.points and self.dtype is not None and not self.ts_tail:
+            # Everything, of a numeric series (the packer's usual case, once per series per
+            # request): the chunks are joined once, without keeping the joined column.
+            ts_chunks, val_chunks = self.ts_chunks, self.val_chunks
+            nbytes = self.nbytes
+            self.ts_chunks, self.val_chunks = [], []
+            self.points = 0
+            self.nbytes = 0
+            if len(ts_chunks) == 1:
+                return ts_chunks[0], val_chunks[0], nbytes
+            return np.concatenate(ts_chunks), np.concatenate(val_chunks), nbytes
         ts, vals = self._consolidate()
         if n >= self.points:
             nbytes = self.nbytes

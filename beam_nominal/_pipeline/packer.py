@@ -142,7 +142,7 @@ def cut_requests(
                 ts, vals, nbytes = s.take(n)
                 buffer.points -= n
                 buffer.nbytes -= nbytes
-                batches.append(SeriesBatch(s.key, s.vtype, ts, vals))
+                batches.append(_batch(s.key, s.vtype, ts, vals))
                 room_bytes -= overhead + nbytes
                 room_points -= n
                 taken_bytes += nbytes

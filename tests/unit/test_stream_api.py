@@ -280,3 +280,33 @@ def test_tag_order_does_not_matter() -> None:
         s.enqueue("x", 3, 3.0, tags={"b": "2", "a": "1"})
     assert target.points() == {SeriesKey("x", (("a", "1"), ("b", "2"))): [(1, 1.0), (2, 2.0), (3, 3.0)]}
     assert len(s._core.buffer.tagged) == 2  # both spellings cached for the fast path
+
+
+def test_repeated_float64_batches_of_a_known_series_keep_order_copies_and_checks() -> None:
+    # The second and later float64 batches of an untagged float64 series take a shorter path;
+    # it must keep every guarantee of the general one.
+    from beam_nominal.errors import StreamClosedError
+
+    target = RecordingTarget()
+    s = _stream(target, max_request_bytes=4096, max_buffered_bytes=1 << 20)
+    ts = np.arange(100, dtype=np.int64)
+    vals = np.arange(100, dtype=np.float64)
+    s.enqueue_batch("f", ts, vals)
+    s.enqueue("f", 1000, -1.0)  # a tail point between two batches
+    for k in range(1, 4):
+        more_ts, more_vals = ts + 1000 * k + 1, vals + k
+        s.enqueue_batch("f", more_ts, more_vals)
+        more_ts[:] = -5  # the stream copied what it was given
+        more_vals[:] = -5.0
+    s.enqueue_batch("i", np.arange(3, dtype=np.int64), np.arange(3, dtype=np.int64))
+    with pytest.raises(SeriesTypeError, match="'i'"):
+        s.enqueue_batch("i", np.arange(3, dtype=np.int64), np.ones(3))
+    report = s.close()
+    with pytest.raises(StreamClosedError):
+        s.enqueue_batch("f", ts, vals)
+    expected = [(i, float(i)) for i in range(100)] + [(1000, -1.0)]
+    for k in range(1, 4):
+        expected += [(i + 1000 * k + 1, float(i + k)) for i in range(100)]
+    assert target.points()[SeriesKey("f")] == expected
+    assert report.points == len(expected) + 3
+    assert len(target.acked) > 1  # the budget cut requests along the way
