@@ -17,7 +17,10 @@ end of close, i.e. everything delivered) and CPU seconds per million points (pro
 threads of this process). Delivery is verified every round: Avro files are read back and counted,
 and the server's stored series are counted.
 
-Run: ``.venv/bin/python benchmarks/bench_stream.py [--rounds 3] [--scale 1.0] [--only deep wide]``
+Each shape's work is sized so that a nominal-streaming run lasts about 0.3 s or more: with runs
+of 0.1-0.2 s, scheduling jitter on the 2 shared cores moved single ratios by up to 30%.
+
+Run: ``.venv/bin/python benchmarks/bench_stream.py [--rounds 5] [--scale 1.0] [--only deep wide]``
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ def _shapes(scale: float) -> dict[str, tuple[int, Callable[[Any], None]]]:
         return max(1, int(x * scale))
 
     wide_names = [f"ch{i:05d}" for i in range(WIDE_CHANNELS)]
-    wide_rows = n(60)
+    wide_rows = n(200)
     rng = np.random.default_rng(0)
     wide_vals = rng.random((4, WIDE_CHANNELS)).tolist()
 
@@ -56,7 +59,7 @@ def _shapes(scale: float) -> dict[str, tuple[int, Callable[[Any], None]]]:
         for r in range(wide_rows):
             s.enqueue_from_dict(T0 + r, dict(zip(wide_names, wide_vals[r % 4], strict=True)))
 
-    deep_batches = n(20)
+    deep_batches = n(50)
     deep_ts = [np.arange(T0 + b * 100_000, T0 + (b + 1) * 100_000, dtype=np.int64) for b in range(deep_batches)]
     deep_vals = rng.random(100_000)
 
@@ -64,7 +67,7 @@ def _shapes(scale: float) -> dict[str, tuple[int, Callable[[Any], None]]]:
         for ts in deep_ts:
             s.enqueue_batch("deep", ts, deep_vals)
 
-    grouped_rounds = n(10)
+    grouped_rounds = n(40)
     g_ts = np.arange(T0, T0 + 100, dtype=np.int64)
     g_vals = rng.random(100)
     g_names = [f"g{i:04d}" for i in range(1_000)]
@@ -75,7 +78,7 @@ def _shapes(scale: float) -> dict[str, tuple[int, Callable[[Any], None]]]:
             for name in g_names:
                 s.enqueue_batch(name, ts, g_vals)
 
-    scalar_calls = n(400_000)
+    scalar_calls = n(1_000_000)
 
     def scalar(s: Any) -> None:
         enqueue = s.enqueue
@@ -100,7 +103,7 @@ def _shapes(scale: float) -> dict[str, tuple[int, Callable[[Any], None]]]:
         for i in range(sa_calls):
             f("sarr", T0 + i, srow)
 
-    fa8, fa64, fa512 = n(100_000), n(50_000), n(10_000)
+    fa8, fa64, fa512 = n(200_000), n(50_000), n(10_000)
     return {
         "wide": (wide_rows * WIDE_CHANNELS, wide),
         "deep": (deep_batches * 100_000, deep),
@@ -189,7 +192,7 @@ CLIENTS = ("nominal-streaming", "NominalStream→avro", "NominalStream→grpc", 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="NominalStream vs nominal-streaming")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the work per shape")
     ap.add_argument("--only", nargs="*", help="shape names to run")
     args = ap.parse_args(argv)
