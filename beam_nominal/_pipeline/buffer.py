@@ -256,8 +256,11 @@ class SeriesBuffer:
         new = n - self.tail_counted
         nbytes = 0
         if new:
-            fresh = self.val_tail[self.tail_counted :] if self.tail_counted else self.val_tail
-            nbytes = TS_BYTES * new + _tail_value_bytes(self.vtype, fresh)
+            if self.value_bytes:
+                nbytes = (TS_BYTES + self.value_bytes) * new
+            else:
+                fresh = self.val_tail[self.tail_counted :] if self.tail_counted else self.val_tail
+                nbytes = TS_BYTES * new + _tail_value_bytes(self.vtype, fresh)
             self.points += new
             self.nbytes += nbytes
             self.tail_counted = n
@@ -276,10 +279,12 @@ class SeriesBuffer:
 
     def _spill_tail(self) -> None:
         assert self.tail_counted == len(self.ts_tail), "spilling an unsettled tail"
-        self.ts_chunks.append(np.array(self.ts_tail, dtype=np.int64))
+        # fromiter with the count: ~20% cheaper than np.array on a list of Python numbers.
+        n = len(self.ts_tail)
+        self.ts_chunks.append(np.fromiter(self.ts_tail, np.int64, n))
         dtype = self.dtype
         if dtype is not None:
-            self.val_chunks.append(np.array(self.val_tail, dtype=dtype))
+            self.val_chunks.append(np.fromiter(self.val_tail, dtype, n))
         elif self.vtype is ValueType.DOUBLE_ARRAY:
             self.val_chunks.append(double_rows_column(self.val_tail))
         else:
