@@ -723,7 +723,8 @@ class NominalStream:
                 and type(values) is np.ndarray
                 and values.dtype == _F64
                 and timestamps.ndim == 1
-                and values.shape == timestamps.shape
+                and values.ndim == 1
+                and len(values) == len(timestamps)
                 and self._add_doubles(channel, timestamps, values)
             ):
                 return
@@ -749,7 +750,7 @@ class NominalStream:
         differently typed series, a tail or wide block to settle first, a closed or full stream,
         no points), so that path keeps every check and error message.
         """
-        n = timestamps.shape[0]
+        n = len(timestamps)
         s = self._buffer.untagged.get(channel)
         if s is None or s.vtype is not _DOUBLE or not n:
             return False

@@ -132,8 +132,14 @@ def cut_requests(
                     return cuts
                 overhead = s.overhead
                 avail = room_bytes - overhead
-                per_point = max(1, s.nbytes // s.points)
-                n = min(s.points, room_points, max(0, avail) // per_point)
+                points, nbytes = s.points, s.nbytes
+                if nbytes <= avail and points <= room_points and nbytes >= points:
+                    # The whole series fits: what the general formula gives, without its calls
+                    # (per_point * points <= nbytes <= avail, so avail // per_point >= points).
+                    n = points
+                else:
+                    per_point = max(1, nbytes // points)
+                    n = min(points, room_points, max(0, avail) // per_point)
                 if n <= 0:
                     if batches:
                         emit()
