@@ -483,3 +483,15 @@ def test_same_data_decodes_to_the_same_records_as_nominal_streaming(tmp_path: pa
     }
     assert sum(map(len, expected.values())) == 300 + 20 + 4 + 3 + 1 + 2
     assert _by_series(ours) == expected
+
+
+def test_block_checksum_is_zlibs_crc32() -> None:
+    # Avro's snappy blocks end with the CRC-32 of the uncompressed data; zlib-ng's must agree.
+    import os
+    import zlib
+
+    from beam_nominal.targets.avro import _crc32
+
+    for size in (0, 1, 4095, 70_001):
+        data = os.urandom(size)
+        assert _crc32(data) == zlib.crc32(data)
