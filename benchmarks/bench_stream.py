@@ -190,7 +190,47 @@ def _measure(fn: Callable[[], None]) -> tuple[float, float]:
 CLIENTS = ("nominal-streaming", "NominalStream→avro", "NominalStream→grpc", "NominalStream→encode")
 
 
+def _child(shape: str, client: str, scale: float, path: str, rid: str, target: str) -> int:
+    """One measurement in a process of its own, after one unmeasured warm-up run of the same
+    client and shape (first-touch page faults, allocator growth and the interpreter's warm-up
+    are not what a long-running stream pays); prints ``wall cpu acknowledged``."""
+    write = _shapes(scale)[shape][1]
+
+    def run(path: str, rid: str) -> None:
+        if client == "nominal-streaming":
+            run_ns(Path(path), write)
+        elif client == "NominalStream→avro":
+            run_ours(path, rid, write)
+        elif client == "NominalStream→grpc":
+            run_ours(target, rid, write)
+        else:
+            run_ours(EncodeOnly(), rid, write)
+
+    warm = path + ".warm.avro"
+    run(warm, rid + "-warm")
+    if os.path.exists(warm):
+        os.unlink(warm)
+    wall, cpu = _measure(lambda: run(path, rid))
+    print(wall, cpu, ACKED.get(rid, -1))
+    return 0
+
+
+def _run_child(shape: str, client: str, scale: float, path: Path, rid: str, target: str) -> tuple[float, float, int]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", shape, client, str(scale), str(path), rid, target],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout.split()
+    return float(out[0]), float(out[1]), int(out[2])
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--child"]:
+        shape, client, scale, path, rid, target = argv[1:7]
+        return _child(shape, client, float(scale), path, rid, target)
     ap = argparse.ArgumentParser(description="NominalStream vs nominal-streaming")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the work per shape")
@@ -205,22 +245,17 @@ def main(argv: list[str] | None = None) -> int:
         server = Server(Path(tmp) / "server")
         try:
             for rnd in range(args.rounds):
-                for name, (points, write) in shapes.items():
+                for name, (points, _) in shapes.items():
                     order = CLIENTS if rnd % 2 == 0 else CLIENTS[::-1]
                     for client in order:
                         path = Path(tmp) / f"{name}-{rnd}.avro"
                         rid = f"ri.bench.{name.replace('_', '-')}-{rnd}"
-                        if client == "nominal-streaming":
-                            run: Callable[[], None] = lambda p=path, w=write: run_ns(p, w)  # noqa: E731
-                        elif client == "NominalStream→avro":
-                            run = lambda p=path, r=rid, w=write: run_ours(p, r, w)  # noqa: E731
-                        elif client == "NominalStream→grpc":
-                            run = lambda r=rid, w=write: run_ours(server.target, r, w)  # noqa: E731
-                        else:
-                            run = lambda r=rid, w=write: run_ours(EncodeOnly(), r, w)  # noqa: E731
-                        results.setdefault((name, client), []).append(_measure(run))
+                        # Each measurement in a fresh process: what one client leaves behind (heap,
+                        # threads, allocator state) must not weigh on the next one.
+                        wall, cpu, acked = _run_child(name, client, args.scale, path, rid, server.target)
+                        results.setdefault((name, client), []).append((wall, cpu))
                         if client == "NominalStream→encode":
-                            got = ACKED[rid]  # nothing is stored: the stream's acknowledged count
+                            got = acked  # nothing is stored: the stream's acknowledged count
                         elif client == "NominalStream→grpc":
                             got = server.count(rid)
                         else:
@@ -230,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                         if path.exists():
                             os.unlink(path)
                         shutil.rmtree(Path(tmp) / "server" / rid, ignore_errors=True)
+                        shutil.rmtree(Path(tmp) / "server" / f"{rid}-warm", ignore_errors=True)
                 print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr, flush=True)
         finally:
             server.stop()
