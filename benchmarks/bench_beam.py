@@ -15,8 +15,10 @@ Shapes: ``series`` (10,000-point numpy series elements), ``points`` (single-poin
 ``table`` (pyarrow RecordBatches, a timestamp column and 50 channel columns). Rounds interleave the
 sinks (order reversed every other round); the table shows medians of points/s over rounds, wall
 time of the whole pipeline run (start-up included), and ratios to the nominal-streaming DoFn.
-Delivery is verified in the last round: Avro files are read back and counted, the server's series
-counts summed.
+Delivery is verified every round: Avro files are read back and counted, the server's series
+counts summed. Each pipeline runs in a fresh process, after one unmeasured warm-up run of the same
+sink and shape in that process: what one sink leaves behind (allocator state, threads, a grown
+heap) must not weigh on the next one's figures.
 
 Wall time includes a wait of 0-200 ms at the end of every bundle, whatever the sink: the SDK
 worker's state sampler thread sleeps in periods growing to 200 ms and the bundle joins it
@@ -178,32 +180,44 @@ class _ServerProcess:
         self.proc.wait(timeout=30)
 
 
-def run_once(
-    shape: str, sink: str, arg: int, work: Path, server: Any, tag: str
-) -> tuple[float, float, Callable[[], int]]:
-    """Run one pipeline; returns (wall seconds, CPU seconds of this process, a delivered-points counter)."""
+def run_once(shape: str, sink: str, arg: int, out: Path, target: str, rid: str) -> tuple[float, float]:
+    """Run one pipeline writing under ``out``; returns (wall seconds, CPU seconds of this process)."""
     from beam_nominal.beam import WriteToNominal
 
     gen = SHAPES[shape][0]
-    out = work / tag
     out.mkdir()
-    rid = f"ri.bench.{tag}"
     if sink == "discard":
         sink_t: Any = beam.ParDo(Discard())
-        count: Callable[[], int] = lambda: -1  # noqa: E731
     elif sink == "nominal-streaming":
         sink_t = beam.ParDo(NS_DOFNS[shape](str(out)))
-        count = lambda: _count_avro(str(out / "*.avro"))  # noqa: E731
     elif sink == "WriteToNominal→avro":
         sink_t = WriteToNominal(str(out / "data.avro"), dataset_rid=rid)
-        count = lambda: _count_avro(str(out / "data-*.avro"))  # noqa: E731
     else:
-        sink_t = WriteToNominal(server.target, dataset_rid=rid)
-        count = lambda: sum(s.count for s in server.store.list_series(rid))  # noqa: E731
+        sink_t = WriteToNominal(target, dataset_rid=rid)
     t0, c0 = time.perf_counter(), time.process_time()
     with beam.Pipeline(runner=FnApiRunner()) as p:
         _ = p | beam.Impulse() | beam.FlatMap(gen, arg) | sink_t
-    return time.perf_counter() - t0, time.process_time() - c0, count
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def _delivered(sink: str, out: Path, rid: str, server: _ServerProcess) -> int:
+    if sink == "nominal-streaming":
+        return _count_avro(str(out / "*.avro"))
+    if sink == "WriteToNominal→avro":
+        return _count_avro(str(out / "data-*.avro"))
+    return sum(s.count for s in server.store.list_series(rid))
+
+
+def _child(argv: list[str]) -> int:
+    """One measurement in a process of its own, after one unmeasured warm-up run of the same sink
+    and shape (what one sink leaves in the process must not weigh on the next); prints
+    ``wall cpu``."""
+    shape, sink, arg, out, target, rid = argv
+    logging.getLogger().setLevel(logging.ERROR)
+    run_once(shape, sink, int(arg), Path(out + "-warm"), target, rid + "-warm")
+    wall, cpu = run_once(shape, sink, int(arg), Path(out), target, rid)
+    print(wall, cpu)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the points per pipeline")
     ap.add_argument("--only", nargs="*", choices=tuple(SHAPES), help="shapes to run")
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--child"]:
+        return _child(argv[1:])
     args = ap.parse_args(argv)
     logging.getLogger().setLevel(logging.ERROR)
     shapes = args.only or list(SHAPES)
@@ -226,12 +244,18 @@ def main(argv: list[str] | None = None) -> int:
                 order = SINKS if rnd % 2 == 0 else tuple(reversed(SINKS))
                 for sink in order:
                     tag = f"{shape}-{SINKS.index(sink)}-{rnd}"
-                    seconds, cpu, count = run_once(shape, sink, arg, work, server, tag)
+                    out, rid = work / tag, f"ri.bench.{tag}"
+                    cmd = [sys.executable, "-m", "benchmarks.bench_beam", "--child"]
+                    cmd += [shape, sink, str(arg), str(out), server.target, rid]
+                    # Each pipeline in a fresh process (see _child).
+                    reply = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+                    seconds, cpu = map(float, reply.split())
                     times.setdefault((shape, sink), []).append(seconds)
                     cpus.setdefault((shape, sink), []).append(cpu)
-                    if rnd == args.rounds - 1 and sink != "discard":
-                        got = count()
-                        verified[(shape, sink)] = "ok" if got == points else f"GOT {got:,} of {points:,}"
+                    if sink != "discard":
+                        got = _delivered(sink, out, rid, server)
+                        if got != points:
+                            verified.setdefault((shape, sink), f"round {rnd}: GOT {got:,} of {points:,}")
             print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     print(f"FnApiRunner in-process, {args.rounds} rounds, medians; points/s over the whole pipeline run\n")
     head = "| shape | points | " + " | ".join(SINKS) + " | →avro / ns | →gRPC / ns | verified |"
@@ -240,8 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     for shape in shapes:
         _, points = SHAPES[shape][1](args.scale)
         rate = {s: points / statistics.median(times[(shape, s)]) for s in SINKS}
-        checks = {s: verified.get((shape, s)) for s in SINKS if s != "discard"}
-        ok = "yes" if all(v == "ok" for v in checks.values()) else "; ".join(f"{k}: {v}" for k, v in checks.items())
+        failures = {s: verified[(shape, s)] for s in SINKS if (shape, s) in verified}
+        ok = "yes, every round" if not failures else "; ".join(f"{k}: {v}" for k, v in failures.items())
         print(
             f"| {shape} | {points:,} | "
             + " | ".join(f"{rate[s] / 1e6:.2f} M" for s in SINKS)

@@ -14,8 +14,14 @@ NominalStream runs twice per shape:
 Each round runs every shape once per client, in alternating order, so drift in machine load hits
 all of them; the table shows medians over rounds of points/s (wall time from the first call to the
 end of close, i.e. everything delivered) and CPU seconds per million points (process time, all
-threads of this process). Delivery is verified every round: Avro files are read back and counted,
-and the server's stored series are counted.
+threads of the measuring process). Delivery is verified every round: Avro files are read back and
+counted, and the server's stored series are counted.
+
+Every measurement runs in a fresh process, after one unmeasured warm-up run of the same client and
+shape in that process. Measured in one long-lived process instead, each figure depended on what
+ran before it: grouped to Avro gave 1.65-1.69x after one other shape and 1.33-1.40x after the
+whole sequence, and nominal-streaming's CPU per point moved by 25% with the process's history
+(its allocations reuse a heap that numpy work has grown).
 
 Each shape's work is sized so that a nominal-streaming run lasts about 0.3 s or more: with runs
 of 0.1-0.2 s, scheduling jitter on the 2 shared cores moved single ratios by up to 30%.
