@@ -772,6 +772,8 @@ class NominalStream:
                 return False
             if c.first_buffered_at is None:
                 c.first_buffered_at = c.clock()
+            # Buffer.add_chunk inlined: with no tail and no wide block to settle, it is these six
+            # lines, and its two calls cost ~4% of a 100-point call.
             s.ts_chunks.append(ts)
             s.val_chunks.append(vals)
             s.points += n
