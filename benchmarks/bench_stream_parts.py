@@ -5,7 +5,8 @@ Parts, each timed alone in this process (medians of ``--reps``):
 - ``enqueue_batch``: one 100-point float64 call for a known series (no request cut: large budget);
 - ``cut``: the packer taking 1,000 series of 3 x 100-point chunks into requests, per series;
 - ``avro block``: ``AvroFileTarget``'s encoding of those requests (records, snappy, CRC), per record;
-- ``grpc body``: the ``WriteColumnBatches`` bytes of the same requests, per series.
+- ``grpc body``: the ``WriteColumnBatches`` bytes of the same requests, per series;
+- ``CRC-32``: of one such Avro block's data, with zlib and with the Avro target's own (zlib-ng).
 
 Then the GIL share: a worker thread encodes those requests over and over while the main thread
 spins in pure Python for one second. The worker's CPU time in that second, and the spinning
@@ -21,6 +22,7 @@ import argparse
 import statistics
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +33,7 @@ from beam_nominal._pipeline.packer import cut_requests
 from beam_nominal.model import ValueType
 from beam_nominal.stream import NominalStream
 from beam_nominal.targets._avro_block import encode_records, thread_scratch
-from beam_nominal.targets.avro import _compress
+from beam_nominal.targets.avro import _compress, _crc32
 
 T0 = 1_700_000_000_000_000_000
 SERIES = 1_000
@@ -130,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| packer cut | {per_series_cut * 1e6:.2f} | series of {CHUNKS * CHUNK} points |")
     print(f"| Avro block (records, snappy, CRC) | {avro * 1e6:.2f} | series of {CHUNKS * CHUNK} points |")
     print(f"| gRPC request body | {grpc * 1e6:.2f} | series of {CHUNKS * CHUNK} points |")
+    block = bytes(encode_records(requests[0].batches, "long", scratch)[0])
+    for name, crc in (("zlib", zlib.crc32), ("Avro target's (zlib-ng)", _crc32)):
+        per_block = _median(timed(lambda crc=crc: crc(block)), reps)
+        print(f"| CRC-32, {name} | {per_block * 1e6:.0f} | Avro block of {len(block) / 1e6:.1f} MB |")
 
     def spin(seconds: float) -> int:
         n = 0
