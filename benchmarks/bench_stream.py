@@ -17,8 +17,8 @@ end of close, i.e. everything delivered) and CPU seconds per million points (pro
 threads of the measuring process). Delivery is verified every round: Avro files are read back and
 counted, and the server's stored series are counted.
 
-Every measurement runs in a fresh process, after one unmeasured warm-up run of the same client and
-shape in that process. Measured in one long-lived process instead, each figure depended on what
+Every measurement runs in a fresh process, after two unmeasured warm-up runs of the same client
+and shape in that process. Measured in one long-lived process instead, each figure depended on what
 ran before it: grouped to Avro gave 1.65-1.69x after one other shape and 1.33-1.40x after the
 whole sequence, and nominal-streaming's CPU per point moved by 25% with the process's history
 (its allocations reuse a heap that numpy work has grown).
@@ -26,7 +26,9 @@ whole sequence, and nominal-streaming's CPU per point moved by 25% with the proc
 Each shape's work is sized so that a nominal-streaming run lasts about 0.3 s or more: with runs
 of 0.1-0.2 s, scheduling jitter on the 2 shared cores moved single ratios by up to 30%.
 
-Run: ``.venv/bin/python benchmarks/bench_stream.py [--rounds 5] [--scale 1.0] [--only deep wide]``
+Run: ``.venv/bin/python benchmarks/bench_stream.py [--rounds 5] [--scale 1.0] [--only deep wide]``;
+``--curve SHAPE [RUNS]`` prints each client's rate over RUNS runs in a row in one process (how much
+warm-up a client needs).
 """
 
 from __future__ import annotations
@@ -197,9 +199,10 @@ CLIENTS = ("nominal-streaming", "NominalStream→avro", "NominalStream→grpc", 
 
 
 def _child(shape: str, client: str, scale: float, path: str, rid: str, target: str) -> int:
-    """One measurement in a process of its own, after one unmeasured warm-up run of the same
+    """One measurement in a process of its own, after two unmeasured warm-up runs of the same
     client and shape (first-touch page faults, allocator growth and the interpreter's warm-up
-    are not what a long-running stream pays); prints ``wall cpu acknowledged``."""
+    are not what a long-running stream pays; ``--curve`` shows nominal-streaming's scalar calls
+    need two runs to settle); prints ``wall cpu acknowledged``."""
     write = _shapes(scale)[shape][1]
 
     def run(path: str, rid: str) -> None:
@@ -212,12 +215,43 @@ def _child(shape: str, client: str, scale: float, path: str, rid: str, target: s
         else:
             run_ours(EncodeOnly(), rid, write)
 
-    warm = path + ".warm.avro"
-    run(warm, rid + "-warm")
-    if os.path.exists(warm):
-        os.unlink(warm)
+    for k in range(2):
+        warm = f"{path}.warm{k}.avro"
+        run(warm, f"{rid}-warm{k}")
+        if os.path.exists(warm):
+            os.unlink(warm)
     wall, cpu = _measure(lambda: run(path, rid))
     print(wall, cpu, ACKED.get(rid, -1))
+    return 0
+
+
+def _curve(shape: str, runs: int) -> int:
+    """Warm-up curve: ``runs`` runs in a row of one shape in one process, per client (Avro sinks),
+    each client in a fresh process; prints each run's M points/s and CPU s per M points."""
+    for client in ("nominal-streaming", "NominalStream→avro"):
+        out = subprocess.run(
+            [sys.executable, __file__, "--curve-one", shape, client, str(runs)],
+            check=True,
+            stdout=subprocess.PIPE,
+            text=True,
+        ).stdout.strip()
+        print(f"{shape} {client}: {out}")
+    return 0
+
+
+def _curve_one(shape: str, client: str, runs: int) -> int:
+    points, write = _shapes(1.0)[shape]
+    rates = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(runs):
+            path = str(Path(tmp) / f"{i}.avro")
+            if client == "nominal-streaming":
+                wall, cpu = _measure(lambda path=path: run_ns(Path(path), write))
+            else:
+                wall, cpu = _measure(lambda path=path, i=i: run_ours(path, f"ri.curve.{i}", write))
+            rates.append(f"{points / wall / 1e6:.2f} M/{cpu / points * 1e6:.3f}")
+            os.unlink(path)
+    print(", ".join(rates))
     return 0
 
 
@@ -237,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--child"]:
         shape, client, scale, path, rid, target = argv[1:7]
         return _child(shape, client, float(scale), path, rid, target)
+    if argv[:1] == ["--curve-one"]:
+        return _curve_one(argv[1], argv[2], int(argv[3]))
+    if argv[:1] == ["--curve"]:
+        return _curve(argv[1], int(argv[2]) if len(argv) > 2 else 6)
     ap = argparse.ArgumentParser(description="NominalStream vs nominal-streaming")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the work per shape")
@@ -271,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
                         if path.exists():
                             os.unlink(path)
                         shutil.rmtree(Path(tmp) / "server" / rid, ignore_errors=True)
-                        shutil.rmtree(Path(tmp) / "server" / f"{rid}-warm", ignore_errors=True)
+                        for k in range(2):
+                            shutil.rmtree(Path(tmp) / "server" / f"{rid}-warm{k}", ignore_errors=True)
                 print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr, flush=True)
         finally:
             server.stop()
