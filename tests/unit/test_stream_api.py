@@ -191,12 +191,15 @@ def test_eight_threads_every_point_exactly_once() -> None:
         def work(k: int) -> None:
             barrier.wait()
             for i in range(per_thread):
-                if i % 3 == 0:
-                    s.enqueue("shared", k * per_thread + i, float(k * per_thread + i))
-                elif i % 3 == 1:
+                t = k * per_thread + i
+                if i % 4 == 0:
+                    s.enqueue("shared", t, float(t))
+                elif i % 4 == 1:
                     s.enqueue("own", i, i, tags={"thread": str(k)})
-                else:
-                    s.enqueue_from_dict(k * per_thread + i, {"w": float(i), f"t{k}": i})
+                elif i % 4 == 2:
+                    s.enqueue_from_dict(t, {"w": float(i), f"t{k}": i})
+                else:  # float64 batches of the same series as the single points above
+                    s.enqueue_batch("shared", np.array([t, t + per_thread * 8]), np.array([float(t), -1.0]))
 
         threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
         for t in threads:
@@ -206,13 +209,15 @@ def test_eight_threads_every_point_exactly_once() -> None:
         report = s.flush()
     got = target.points()
     shared = sorted(got[SeriesKey("shared")])
+    singles = [k * per_thread + i for k in range(8) for i in range(per_thread) if i % 4 in {0, 3}]
     expected = sorted(
-        (k * per_thread + i, float(k * per_thread + i)) for k in range(8) for i in range(0, per_thread, 3)
+        [(t, float(t)) for t in singles]
+        + [(k * per_thread + i + 8 * per_thread, -1.0) for k in range(8) for i in range(3, per_thread, 4)]
     )
     assert shared == expected
     for k in range(8):
-        assert got[SeriesKey("own", (("thread", str(k)),))] == [(i, i) for i in range(1, per_thread, 3)]
-        assert sorted(got[SeriesKey(f"t{k}")]) == [(k * per_thread + i, i) for i in range(2, per_thread, 3)]
+        assert got[SeriesKey("own", (("thread", str(k)),))] == [(i, i) for i in range(1, per_thread, 4)]
+        assert sorted(got[SeriesKey(f"t{k}")]) == [(k * per_thread + i, i) for i in range(2, per_thread, 4)]
     total = sum(len(v) for v in got.values())
     assert report.points == total and report.requests > 1
 
