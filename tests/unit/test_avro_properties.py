@@ -16,6 +16,7 @@ from typing import Any
 import fastavro
 import numpy as np
 import pytest
+from _avro_bytes import read_long
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -160,20 +161,8 @@ def _fastavro_record(b: SeriesBatch) -> dict[str, Any]:
 
 def _block_data(block: bytes) -> tuple[int, bytes]:
     """Record count and data of one uncompressed block (count, size, data, 16-byte sync)."""
-    pos = 0
-
-    def long() -> int:
-        nonlocal pos
-        shift = z = 0
-        while True:
-            byte = block[pos]
-            pos += 1
-            z |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                return (z >> 1) ^ -(z & 1)
-
-    count, size = long(), long()
+    count, pos = read_long(block, 0)
+    size, pos = read_long(block, pos)
     assert len(block) == pos + size + 16
     return count, block[pos : pos + size]
 

@@ -17,6 +17,7 @@ import cramjam
 import fastavro
 import numpy as np
 import pytest
+from _avro_bytes import read_long
 
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.errors import TargetError
@@ -236,14 +237,8 @@ def _blocks(data: bytes) -> tuple[bytes, list[tuple[int, bytes]]]:
 
     def long() -> int:
         nonlocal pos
-        shift = z = 0
-        while True:
-            b = data[pos]
-            pos += 1
-            z |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                return (z >> 1) ^ -(z & 1)
+        value, pos = read_long(data, pos)
+        return value
 
     assert data[:4] == b"Obj\x01"
     pos = 4
