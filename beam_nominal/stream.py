@@ -750,9 +750,10 @@ class NominalStream:
     def _add_doubles(self, channel: str, timestamps: Any, values: Any) -> bool:
         """enqueue_batch's hot path: float64 points for a known untagged float64 series.
 
-        Returns False, having buffered nothing, whenever the general path is needed (a new or
-        differently typed series, a tail or wide block to settle first, a closed or full stream,
-        no points), so that path keeps every check and error message.
+        Returns False, having done nothing, for a new or differently typed series or no points:
+        the general path then does every check. Once the copies are made, a case the short path
+        does not handle (a tail or wide block to settle first, a closed or full stream) hands
+        them to :meth:`_add_chunk`, the general path's last step, rather than copying again.
         """
         n = len(timestamps)
         s = self._buffer.untagged.get(channel)
@@ -767,28 +768,31 @@ class NominalStream:
         lock = self._lock
         lock.acquire()
         try:
-            if (
+            short = not (
                 c.gate
                 or buf.nbytes + c.in_flight_bytes >= c.budget
                 or s.ts_tail
                 or (s.block is not None and s.block.ts)
-            ):
-                return False
-            if c.first_buffered_at is None:
-                c.first_buffered_at = c.clock()
-            # Buffer.add_chunk inlined: with no tail and no wide block to settle, it is these six
-            # lines, and its two calls cost ~4% of a 100-point call.
-            s.ts_chunks.append(ts)
-            s.val_chunks.append(vals)
-            s.points += n
-            s.nbytes += nbytes
-            buf.points += n
-            buf.nbytes += nbytes
-            if buf.nbytes + c.in_flight_bytes < c.budget and buf.nbytes < c.max_bytes and buf.points < c.max_points:
-                return True
-            reqs = c.settled()
+            )
+            if short:
+                if c.first_buffered_at is None:
+                    c.first_buffered_at = c.clock()
+                # Buffer.add_chunk inlined: with no tail and no wide block to settle, it is these
+                # six lines, and its two calls cost ~4% of a 100-point call.
+                s.ts_chunks.append(ts)
+                s.val_chunks.append(vals)
+                s.points += n
+                s.nbytes += nbytes
+                buf.points += n
+                buf.nbytes += nbytes
+                if buf.nbytes + c.in_flight_bytes < c.budget and buf.nbytes < c.max_bytes and buf.points < c.max_points:
+                    return True
+                reqs = c.settled()
         finally:
             lock.release()
+        if not short:
+            self._add_chunk(channel, None, _DOUBLE, ts, vals, nbytes)
+            return True
         c.submit(reqs)
         return True
 
