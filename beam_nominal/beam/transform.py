@@ -160,8 +160,7 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         super().__init__()
         if target is not None and not isinstance(target, str) and not callable(target):
             raise TypeError(
-                "target must be a URL string, a .avro path or a zero-argument factory, "
-                f"got {type(target).__name__}"
+                f"target must be a URL string, a .avro path or a zero-argument factory, got {type(target).__name__}"
             )
         if target is not None and not dataset_rid:
             raise ValueError("WriteToNominal needs dataset_rid when a target is given")
@@ -249,23 +248,15 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             # right when every element is in the one global window (see BatchingWriteDoFn).
             global_window = isinstance(pcoll.windowing.windowfn, GlobalWindows)
             dofn = BatchingWriteDoFn(config) if global_window else WriteDoFn(config)
-            outputs = pcoll | "Write" >> beam.ParDo(dofn).with_outputs(
-                FAILED_TAG, main="written"
-            )
+            outputs = pcoll | "Write" >> beam.ParDo(dofn).with_outputs(FAILED_TAG, main="written")
             return WriteToNominalResult(failed=outputs[FAILED_TAG])
-        chunks = pcoll | "ToChunks" >> beam.ParDo(ToChunksDoFn(config)).with_outputs(
-            FAILED_TAG, main="chunks"
-        )
+        chunks = pcoll | "ToChunks" >> beam.ParDo(ToChunksDoFn(config)).with_outputs(FAILED_TAG, main="chunks")
         batched = (
             chunks["chunks"]
             | "Typed" >> beam.Map(_identity).with_output_types(tuple[str, Any])
             | "Batch"
-            >> GroupIntoBatches.WithShardedKey(
-                self._batch_size, max_buffering_duration_secs=self._max_buffering
-            )
+            >> GroupIntoBatches.WithShardedKey(self._batch_size, max_buffering_duration_secs=self._max_buffering)
         )
-        written = batched | "Write" >> beam.ParDo(WriteChunksDoFn(config)).with_outputs(
-            FAILED_TAG, main="written"
-        )
+        written = batched | "Write" >> beam.ParDo(WriteChunksDoFn(config)).with_outputs(FAILED_TAG, main="written")
         failed = (chunks[FAILED_TAG], written[FAILED_TAG]) | "Failed" >> beam.Flatten()
         return WriteToNominalResult(failed=failed)

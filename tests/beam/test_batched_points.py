@@ -20,7 +20,7 @@ from apache_beam.transforms import window
 
 from beam_nominal.beam import WriteToNominal
 from beam_nominal.beam._dofn import BatchingWriteDoFn, SinkConfig
-from beam_nominal.beam._elements import PENDING_POINTS, ElementWriter
+from beam_nominal.beam._elements import PENDING_POINTS, STAGE_POINTS, ElementWriter
 from beam_nominal.server import LocalServer
 from beam_nominal.stream import NominalStream
 
@@ -60,8 +60,14 @@ def mixed_points(n: int) -> list[Any]:
     return out
 
 
-BAD = {1001: "pinned to double", 2002: "is None", 3003: "non-empty string", 4004: "complex",
-       5005: "18446744073709551616", 6006: "int64"}
+BAD = {
+    1001: "pinned to double",
+    2002: "is None",
+    3003: "non-empty string",
+    4004: "complex",
+    5005: "18446744073709551616",
+    6006: "int64",
+}
 
 
 class _Collect:
@@ -119,6 +125,60 @@ def test_batches_write_what_one_by_one_writes_and_catch_each_bad_point(tmp_path:
     assert many.types["arr"] == "double_array" and many.types["st"] == "struct"
     assert b["arr"][0] == (BASE + 21, [21.0, 0.5]) and b["st"][0] == (BASE + 22, '{"i":22}')
     assert b["u"][0] == (BASE + 20, 2**63 + 20) and many.types["u"] == "uint64"
+
+
+def _stages_of_each_kind() -> list[Any]:
+    """Whole stages of one kind each (float, int, str, ints beyond int64, mixed), then stages
+    with a bad timestamp or channel among good points, so staged columns of different forms meet
+    in one write and unconvertible stages come between converted ones."""
+    kinds: list[Any] = [
+        lambda i: ("a", BASE + i, i * 0.5),
+        lambda i: ("b", BASE + i, i - 1000),
+        lambda i: ("c", BASE + i, f"v{i}"),
+        lambda i: ("u", BASE + i, 2**63 + i),
+        lambda i: (("a", "b", "c")[i % 3], BASE + i, (i * 0.5, i, f"v{i}")[i % 3]),
+        lambda i: ("a", BASE + i, i * 0.25),
+    ]
+    points = [kinds[(i // STAGE_POINTS) % len(kinds)](i) for i in range(9 * STAGE_POINTS + 77)]
+    # Each in its own stage (stage k starts at k * STAGE_POINTS): the stage is written point by point.
+    points[6 * STAGE_POINTS + 5] = ("a", 2**63, 1.0)  # beyond int64
+    points[7 * STAGE_POINTS + 9] = ("a", -(2**63), 1.0)  # the int64 minimum
+    points[8 * STAGE_POINTS + 3] = (["a"], BASE, 1.0)  # unhashable channel
+    points[8 * STAGE_POINTS + 4] = ("", BASE, 1.0)  # empty channel
+    points[9 * STAGE_POINTS + 1] = (7, BASE, 1.0)  # not a str, in the last (partial) stage
+    return points
+
+
+def test_staged_columns_of_every_form_write_what_one_by_one_writes() -> None:
+    points = _stages_of_each_kind()
+    one, many = _Collect(), _Collect()
+    with NominalStream(one, dataset_rid="ri.test.one", linger=None) as stream:
+        writer = ElementWriter(stream)
+        single_failed = {}
+        for p in points:
+            try:
+                writer.write(p)
+            except (TypeError, ValueError) as exc:
+                single_failed[repr(p)] = (type(exc).__name__, str(exc))
+        writer.drain()
+    with NominalStream(many, dataset_rid="ri.test.many", linger=None) as stream:
+        writer = ElementWriter(stream)
+        chans, tss, vals = (list(f) for f in zip(*points, strict=True))
+        failed: list[Any] = []
+        for start in range(0, len(points), STAGE_POINTS):  # as the DoFn stages them
+            end = start + STAGE_POINTS
+            if start == 2 * STAGE_POINTS:  # a write of just a float64 and an int64 column
+                failed += writer.write_staged()
+            failed += writer.stage_points(chans[start:end], tss[start:end], vals[start:end])
+            assert writer.staged_points < PENDING_POINTS
+        failed += writer.write_staged()
+        assert writer.staged_points == 0
+        writer.drain()
+    assert {repr(e): (type(exc).__name__, str(exc)) for e, exc in failed} == single_failed
+    assert len(single_failed) == 5
+    assert one.types == many.types == {"a": "double", "b": "int64", "c": "string", "u": "uint64"}
+    assert one.series == many.series
+    assert sum(map(len, many.series.values())) == len(points) - 5
 
 
 def test_a_batch_keeps_order_with_points_collected_before_it() -> None:
@@ -196,18 +256,21 @@ def test_pending_points_stay_bounded_and_requests_leave_during_process() -> None
     dofn.setup()
     dofn.start_bundle()
     n = 5 * PENDING_POINTS + 123
-    peak = 0
+    peak = peak_staged = 0
     for i in range(n):
         assert list(dofn.process((f"c{i % 50}", BASE + i, float(i)))) == []
         peak = max(peak, len(dofn._flat) // 3)
-    assert peak == PENDING_POINTS - 1
+        peak_staged = max(peak_staged, dofn._writer.staged_points)  # type: ignore[union-attr]
+    assert peak == STAGE_POINTS - 1
+    assert peak_staged == PENDING_POINTS - STAGE_POINTS
     # Requests were cut while elements arrived, not all at the end: memory stays bounded.
     assert dofn._stream._core.seq >= 4 * PENDING_POINTS // 10_000  # type: ignore[attr-defined]
     assert list(dofn.finish_bundle() or []) == []
     dofn.teardown()
     assert target.points == n
     # process compares with the literal for speed; it must be the constant.
-    assert f">= {3 * PENDING_POINTS}:" in inspect.getsource(BatchingWriteDoFn.process)
+    assert f">= {3 * STAGE_POINTS}:" in inspect.getsource(BatchingWriteDoFn.process)
+    assert PENDING_POINTS % STAGE_POINTS == 0
 
 
 N_BEAM = 2 * PENDING_POINTS + 4_321
