@@ -38,6 +38,8 @@ __all__ = [
 ]
 
 _INT64_MIN = -(2**63)
+# The ufunc reduction itself: ndarray.min goes through two Python-level wrappers first.
+_MINIMUM = np.minimum.reduce
 _INT64_MAX = 2**63 - 1
 
 #: Points one series collects before they are handed to the stream in one call.
@@ -335,7 +337,7 @@ class ElementWriter:
                     known[c] = len(names)
                     names.append(c)
                 idx = np.fromiter(map(known.__getitem__, chans), np.intp, n)
-            if ts.min() == _INT64_MIN:
+            if _MINIMUM(ts) == _INT64_MIN:
                 raise OverflowError("the int64 minimum is not a valid timestamp")
         except (OverflowError, TypeError):  # the per-point path says what is wrong, point by point
             failed = self.write_staged()
@@ -402,7 +404,7 @@ class ElementWriter:
         nseries = len(channels)
         order = None
         if nseries > 1:
-            order = np.argsort(idx, kind="stable")
+            order = idx.argsort(kind="stable")
             ts = ts[order]
         column: Any = None  # the values in series order, converted; None: convert per series
         objects: Any = None  # the values in series order as objects, when column is None
