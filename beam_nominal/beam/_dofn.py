@@ -92,7 +92,9 @@ def _open_target(target: Any, token: str | Callable[[], str] | None, dataset_rid
     if callable(target) and not isinstance(target, str):
         return target()
     if not isinstance(target, str):
-        raise TypeError(f"target must be a URL/path string or a zero-argument factory, got {type(target).__name__}")
+        raise TypeError(
+            f"target must be a URL/path string or a zero-argument factory, got {type(target).__name__}"
+        )
     from beam_nominal.targets import target_from_url
 
     if target.endswith(".avro"):
@@ -174,7 +176,9 @@ class _StreamDoFn(beam.DoFn):
         self.__init__(state["_config"])  # type: ignore[misc]
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(target={self._config.target!r}, dataset_rid={self._config.dataset_rid!r})"
+        return (
+            f"{type(self).__name__}(target={self._config.target!r}, dataset_rid={self._config.dataset_rid!r})"
+        )
 
     def display_data(self) -> dict[str, Any]:
         target = self._config.target
@@ -199,7 +203,9 @@ class _StreamDoFn(beam.DoFn):
             source_name=self._config.source_name,
             **settings,
         )
-        self._writer = ElementWriter(self._stream, timestamp_field=self._config.timestamp_field, tags=self._config.tags)
+        self._writer = ElementWriter(
+            self._stream, timestamp_field=self._config.timestamp_field, tags=self._config.tags
+        )
         self._write = self._writer.write
 
     def _fail(self, element: Any, exc: Exception) -> list[TaggedOutput[str, Any]]:
@@ -273,16 +279,14 @@ class BatchingWriteDoFn(_StreamDoFn):
 
     A ``(channel, int ns, value)`` tuple costs one ``list.extend`` here: its three fields go to
     one flat list (ints, floats and strs are not tracked by the garbage collector; thousands of
-    kept tuples would be, at a collection every 700). Every ``STAGE_POINTS`` points go to
-    :meth:`ElementWriter.stage_points`, which converts them to columns while their objects are
-    still in the CPU cache and writes every ``PENDING_POINTS`` staged points together; before any
-    other element, and in ``finish_bundle``, everything staged is written. Batch boundaries are
-    element counts, so the stream's calls and cut points still depend only on the bundle's data.
-    A bad point is reported when its batch is written, possibly thousands of elements later; it
-    is emitted as a ``WindowedValue`` in the global window with ``MIN_TIMESTAMP`` (its own
-    timestamp is not known without a per-element timestamp parameter, which would slow every
-    element down). Inputs in other windows use :class:`WriteDoFn`, which reports every element
-    from its own ``process``.
+    kept tuples would be, at a collection every 700). Every ``PENDING_POINTS`` points (and before
+    any other element, and in ``finish_bundle``) go to :meth:`ElementWriter.write_points`
+    together. Batch boundaries are element counts, so the stream's calls and cut points still
+    depend only on the bundle's data. A bad point is reported when its batch is written, possibly
+    thousands of elements later; it is emitted as a ``WindowedValue`` in the global window with
+    ``MIN_TIMESTAMP`` (its own timestamp is not known without a per-element timestamp parameter,
+    which would slow every element down). Inputs in other windows use :class:`WriteDoFn`, which
+    reports every element from its own ``process``.
     """
 
     def __init__(self, config: SinkConfig) -> None:
@@ -305,37 +309,24 @@ class BatchingWriteDoFn(_StreamDoFn):
                 if type(ts) is int:
                     flat = self._flat
                     flat.extend(element)
-                    # 3 * STAGE_POINTS as a literal (a test keeps them equal): a global lookup
+                    # 3 * PENDING_POINTS as a literal (a test keeps them equal): a global lookup
                     # per point costs.
-                    if len(flat) >= 6144:
-                        return self._stage()
+                    if len(flat) >= 98304:
+                        return self._write_pending()
                     return ()
         # Everything collected so far goes first, so each series keeps the order of its elements.
-        writer = self._writer
-        assert writer is not None
-        failed = self._write_pending() if self._flat or writer.staged_points else []
+        failed = self._write_pending() if self._flat else []
         try:
             self._write(element)
         except (TypeError, ValueError, KeyError) as exc:
             failed.extend(self._fail(element, exc))
         return failed
 
-    def _stage(self) -> list[TaggedOutput[str, Any]]:
-        flat, self._flat = self._flat, []
-        assert self._writer is not None
-        return self._failed_points(self._writer.stage_points(flat[0::3], flat[1::3], flat[2::3]))
-
     def _write_pending(self) -> list[TaggedOutput[str, Any]]:
-        """Write every collected and staged point."""
-        out = self._stage() if self._flat else []
-        assert self._writer is not None
-        out += self._failed_points(self._writer.write_staged())
-        return out
-
-    def _failed_points(self, failures: list[tuple[Any, Exception]]) -> list[TaggedOutput[str, Any]]:
-        assert self._metrics is not None
+        flat, self._flat = self._flat, []
+        assert self._writer is not None and self._metrics is not None
         out: list[TaggedOutput[str, Any]] = []
-        for element, exc in failures:
+        for element, exc in self._writer.write_points(flat[0::3], flat[1::3], flat[2::3]):
             self._metrics.failed_elements.inc()
             reason = f"element {_describe(element)}: {exc}"
             failed = FailedElement(element, type(exc).__name__, reason)
@@ -343,8 +334,7 @@ class BatchingWriteDoFn(_StreamDoFn):
         return out
 
     def finish_bundle(self) -> Iterable[TaggedOutput[str, Any]] | None:  # type: ignore[override]
-        writer = self._writer
-        failed = self._write_pending() if writer is not None and (self._flat or writer.staged_points) else []
+        failed = self._write_pending() if self._flat and self._writer is not None else []
         super().finish_bundle()
         return failed
 

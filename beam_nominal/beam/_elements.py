@@ -19,7 +19,6 @@ only values of that exact Python type; anything else takes the checked path agai
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -27,15 +26,7 @@ import numpy as np
 
 from beam_nominal.model import SeriesKey, timestamp_ns, timestamps_ns
 
-__all__ = [
-    "PENDING_POINTS",
-    "STAGE_POINTS",
-    "ElementError",
-    "ElementWriter",
-    "FailedElement",
-    "SeriesChunk",
-    "StreamLike",
-]
+__all__ = ["PENDING_POINTS", "ElementError", "ElementWriter", "FailedElement", "SeriesChunk", "StreamLike"]
 
 _INT64_MIN = -(2**63)
 # The ufunc reduction itself: ndarray.min goes through two Python-level wrappers first.
@@ -55,9 +46,7 @@ MAX_LOCAL_SERIES = 1024
 _FAST_TYPES = frozenset({float, int, bool, str, np.float64, np.float32, np.int64, np.int32})
 
 #: Points (channel, int ns, scalar) the sink collects as raw elements before checking and
-#: converting them together in :meth:`ElementWriter.stage_points`.
-STAGE_POINTS = 2048
-#: Staged points written together (grouped by series) by :meth:`ElementWriter.write_staged`.
+#: converting them together in :meth:`ElementWriter.write_points`.
 PENDING_POINTS = 32768
 #: Below this many elements a batch is not worth the vectorised pass: each takes the per-point path.
 _BULK_MIN = 64
@@ -235,14 +224,8 @@ class ElementWriter:
         self._readers: dict[type, Callable[[Any], None]] = {}
         self._tag_cache: dict[tuple[tuple[str, str], ...], dict[str, str] | None] = {}
         # write_points: series number per channel, in first-seen order, and the channels by number.
-        # Only non-empty str channels are numbered, so every number names a usable channel.
-        self._batch_index: dict[str, int] = {}
-        self._batch_names: list[str] = []
-        # Converted stages not yet written, in arrival order: (timestamps, channel numbers,
-        # value types, values as one numpy column or the list they arrived in).
-        self._staged: list[tuple[Any, Any, set[type], Any]] = []
-        #: Points staged by :meth:`stage_points` and not yet written.
-        self.staged_points = 0
+        self._batch_index: dict[Any, int] = {}
+        self._batch_names: list[Any] = []
 
     # -- public -------------------------------------------------------------------------------
 
@@ -284,43 +267,26 @@ class ElementWriter:
     def write_points(self, chans: list[Any], tss: list[int], vals: list[Any]) -> list[tuple[Any, Exception]]:
         """Write the points ``zip(chans, tss, vals)`` (int timestamps); return the ones that failed, with why.
 
-        The same as :meth:`stage_points` on every ``STAGE_POINTS`` of them, then
-        :meth:`write_staged`.
-        """
-        failed: list[tuple[Any, Exception]] = []
-        for start in range(0, len(tss), STAGE_POINTS):
-            end = start + STAGE_POINTS
-            failed += self.stage_points(chans[start:end], tss[start:end], vals[start:end])
-        failed += self.write_staged()
-        return failed
-
-    def stage_points(self, chans: list[Any], tss: list[int], vals: list[Any]) -> list[tuple[Any, Exception]]:
-        """Convert the points ``zip(chans, tss, vals)`` (int timestamps) to columns, to write later.
-
         The caller collects the fields rather than the tuples: ints, floats and strs are not
         tracked by the garbage collector, thousands of kept tuples are (and cost a collection
-        every 700 of them). It hands over ``STAGE_POINTS`` at a time, while their objects are
-        still in the CPU cache: converted then, a point costs ~60 ns less than in batches of
-        ``PENDING_POINTS`` (3.6 MB of objects, beyond a core's L2 cache). Once
-        ``PENDING_POINTS`` are staged they are written (see :meth:`write_staged`), so staged
-        points stay bounded and every call and cut point depends only on the data.
+        every 700 of them). A failed point is reported as a new ``(channel, timestamp, value)``
+        tuple.
 
-        A stage is checked a column at a time: timestamps in one int64 conversion (which rejects
-        ints beyond int64), channels numbered in first-seen order through one dict (only
-        non-empty ``str`` channels are numbered), the exact Python types of all values in one
-        ``set(map(type, ...))``; values all ``float`` (or all ``int`` within int64) become one
-        numpy column, others stay the objects they are. A stage that fails a column check (a
-        timestamp beyond int64 or at its minimum, a channel that is not a non-empty str) is
-        written at once, after everything staged before it, one point at a time, so each bad
-        element is found and reported by itself.
-
-        Returns:
-            The points that failed, each as a new ``(channel, timestamp, value)`` tuple with the
-            exception saying why (possibly points of earlier stages, written now).
+        The common case is checked and converted a column at a time: the exact Python types of
+        all values in one ``set(map(type, ...))``, timestamps in one int64 conversion (which
+        rejects ints beyond int64), one stable sort by channel in first-seen order (so the
+        stream's calls, and the requests cut from them, depend only on the batch). A series whose
+        values in the batch are of one type goes to the stream in one ``enqueue_batch``, which
+        checks the column against the series' pinned type. Anything else (several value types in
+        one series, a value the column path does not take, a rejected column, an unusable
+        channel or timestamp) takes the per-point path for that series' elements, in order, so
+        every bad element is found and reported by itself.
         """
+        failed: list[tuple[Any, Exception]] = []
         n = len(tss)
-        if n == 0:
-            return []
+        if n < _BULK_MIN:
+            self._write_each(list(zip(chans, tss, vals, strict=True)), failed)
+            return failed
         known = self._batch_index
         try:
             ts = np.fromiter(tss, np.int64, n)
@@ -329,106 +295,60 @@ class ElementWriter:
             except KeyError:
                 # New series get the next numbers in first-seen order, the same in every process
                 # (a set's order would follow str hashes, which differ between processes).
-                new = [c for c in dict.fromkeys(chans) if c not in known]
-                if not all(type(c) is str and c for c in new):
-                    raise TypeError("a channel that is not a non-empty str") from None
                 names = self._batch_names
-                for c in new:
-                    known[c] = len(names)
-                    names.append(c)
+                for c in dict.fromkeys(chans):
+                    if c not in known:
+                        known[c] = len(names)
+                        names.append(c)
                 idx = np.fromiter(map(known.__getitem__, chans), np.intp, n)
-            if _MINIMUM(ts) == _INT64_MIN:
-                raise OverflowError("the int64 minimum is not a valid timestamp")
-        except (OverflowError, TypeError):  # the per-point path says what is wrong, point by point
-            failed = self.write_staged()
+        except (OverflowError, TypeError):  # a timestamp beyond int64, an unhashable channel
             self._write_each(list(zip(chans, tss, vals, strict=True)), failed)
             return failed
-        types = set(map(type, vals))
-        column: Any = vals
-        if len(types) == 1:
-            vtype = next(iter(types))
-            if vtype is float:
-                column = np.fromiter(vals, np.float64, n)
-            elif vtype is int:
-                with contextlib.suppress(OverflowError):  # beyond int64: the per-point path decides uint64
-                    column = np.fromiter(vals, np.int64, n)
-        self._staged.append((ts, idx, types, column))
-        self.staged_points += n
-        if self.staged_points >= PENDING_POINTS:
-            return self.write_staged()
-        return []
-
-    def write_staged(self) -> list[tuple[Any, Exception]]:
-        """Write every staged point; return the ones that failed, with why.
-
-        Staged points are grouped by series with one stable sort by channel number (so the
-        stream's calls, and the requests cut from them, depend only on the data). A series whose
-        values are of one type goes to the stream in one ``enqueue_batch``, which checks the
-        column against the series' pinned type. Anything else (several value types in one
-        series, a value the column path does not take, a rejected column) takes the per-point
-        path for that series' points, in order, so every bad point is found and reported by
-        itself.
-        """
-        staged, n = self._staged, self.staged_points
-        if not staged:
-            return []
-        self._staged, self.staged_points = [], 0
-        failed: list[tuple[Any, Exception]] = []
-        names = self._batch_names
-        if len(staged) == 1:
-            ts, idx, types, only = staged[0]
-            columns = [only]
-        else:
-            ts = np.concatenate([s[0] for s in staged])
-            idx = np.concatenate([s[1] for s in staged])
-            types = set().union(*(s[2] for s in staged))
-            columns = [s[3] for s in staged]
-        arrival_ts = ts  # ``ts`` is put in series order below
-
-        def element(i: int) -> tuple[Any, int, Any]:
-            # Point i as it arrived: its channel number maps back to the str, its column to the value.
-            channel, timestamp = names[idx[i]], int(arrival_ts[i])
-            for c in columns:
-                if i < len(c):
-                    return channel, timestamp, c[i].item() if type(c) is np.ndarray else c[i]
-                i -= len(c)
-            raise IndexError(i)
-
-        if n < _BULK_MIN:
-            self._write_each([element(i) for i in range(n)], failed)
+        if _MINIMUM(ts) == _INT64_MIN:
+            self._write_each(list(zip(chans, tss, vals, strict=True)), failed)
             return failed
+        # Counting one type in a list of the types is cheaper than building the set of them.
+        type_list = list(map(type, vals))
+        types = {float} if type_list.count(float) == n else set(type_list)
         counts_all = np.bincount(idx)
         present = np.flatnonzero(counts_all)
         counts = counts_all[present].tolist()
-        channels = list(map(names.__getitem__, present.tolist()))
+        channels = list(map(self._batch_names.__getitem__, present.tolist()))
         nseries = len(channels)
         order = None
         if nseries > 1:
-            order = idx.argsort(kind="stable")
+            # Channel numbers fit 16 bits nearly always, and numpy sorts those stably by radix:
+            # O(n), where a timsort of points from interleaved series costs 5x more.
+            order = (idx.astype(np.uint16) if len(self._batch_names) <= 65536 else idx).argsort(kind="stable")
             ts = ts[order]
         column: Any = None  # the values in series order, converted; None: convert per series
-        objects: Any = None  # the values in series order as objects, when column is None
         group_type: list[Any] = [None] * nseries  # per series: its one value type, or None if mixed
         if len(types) == 1:
             (vtype,) = types
             group_type = [vtype] * nseries
-        if len(types) == 1 and all(type(c) is np.ndarray for c in columns):  # so one dtype
-            column = columns[0] if len(columns) == 1 else np.concatenate(columns)
-            if order is not None:
-                column = column[order]
-        else:
-            objects = np.concatenate(
-                [
-                    np.asarray(c, dtype=object) if type(c) is np.ndarray else np.fromiter(c, object, len(c))
-                    for c in columns
-                ]
-            )
+            if vtype in _BULK_DTYPES:
+                dtype = _BULK_DTYPES[vtype]
+                if dtype is None:
+                    column = vals if order is None else list(map(vals.__getitem__, order.tolist()))
+                else:
+                    try:
+                        column = np.fromiter(vals, dtype, n)
+                    except OverflowError:  # an int beyond int64 somewhere: convert per series
+                        column = None
+                    else:
+                        if order is not None:
+                            column = column[order]
+        objects: Any = None
+        if column is None:
+            objects = np.fromiter(vals, object, n)
             if order is not None:
                 objects = objects[order]
             if len(types) > 1:
                 tlist = list(types)
                 tid = {t: i for i, t in enumerate(tlist)}
-                codes = np.fromiter(map(tid.__getitem__, map(type, objects.tolist())), np.intp, n)
+                codes = np.fromiter(map(tid.__getitem__, type_list), np.intp, n)
+                if order is not None:
+                    codes = codes[order]
                 starts = np.cumsum([0, *counts[:-1]])
                 firsts = codes[starts]
                 mixed = np.logical_or.reduceat(np.repeat(firsts, counts) != codes, starts)
@@ -438,7 +358,7 @@ class ElementWriter:
         for channel, count, vtype in zip(channels, counts, group_type, strict=True):
             end = start + count
             written = False
-            if vtype in _BULK_DTYPES:
+            if vtype in _BULK_DTYPES and isinstance(channel, str) and channel:
                 col: Any = None
                 if objects is None:
                     col = column[start:end]
@@ -451,7 +371,7 @@ class ElementWriter:
                 if col is not None:
                     key = (channel, self.base_tags)
                     if key in self._local:
-                        self._flush_series(key)  # points collected before these go first
+                        self._flush_series(key)  # points collected before this batch go first
                     try:
                         self.stream.enqueue_batch(channel, ts[start:end], col, tags_arg)
                         written = True
@@ -459,7 +379,7 @@ class ElementWriter:
                         pass
             if not written:
                 picks = range(start, end) if order is None else order[start:end].tolist()
-                self._write_each([element(i) for i in picks], failed)
+                self._write_each([(chans[i], tss[i], vals[i]) for i in picks], failed)
             start = end
         return failed
 

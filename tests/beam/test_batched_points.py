@@ -20,7 +20,7 @@ from apache_beam.transforms import window
 
 from beam_nominal.beam import WriteToNominal
 from beam_nominal.beam._dofn import BatchingWriteDoFn, SinkConfig
-from beam_nominal.beam._elements import PENDING_POINTS, STAGE_POINTS, ElementWriter
+from beam_nominal.beam._elements import PENDING_POINTS, ElementWriter
 from beam_nominal.server import LocalServer
 from beam_nominal.stream import NominalStream
 
@@ -127,30 +127,29 @@ def test_batches_write_what_one_by_one_writes_and_catch_each_bad_point(tmp_path:
     assert b["u"][0] == (BASE + 20, 2**63 + 20) and many.types["u"] == "uint64"
 
 
-def _stages_of_each_kind() -> list[Any]:
-    """Whole stages of one kind each (float, int, str, ints beyond int64, mixed), then stages
-    with a bad timestamp or channel among good points, so staged columns of different forms meet
-    in one write and unconvertible stages come between converted ones."""
+def _runs_of_each_kind() -> list[Any]:
+    """Runs of one kind each (float, int, str, ints beyond int64, mixed) in channels interleaved
+    at random, then a bad timestamp or channel among good points, so one batch holds columns of
+    every form and another must be written point by point."""
+    rng = np.random.default_rng(7)
     kinds: list[Any] = [
-        lambda i: ("a", BASE + i, i * 0.5),
-        lambda i: ("b", BASE + i, i - 1000),
+        lambda i: (f"a{rng.integers(20)}", BASE + i, i * 0.5),
+        lambda i: (f"b{rng.integers(20)}", BASE + i, i - 1000),
         lambda i: ("c", BASE + i, f"v{i}"),
         lambda i: ("u", BASE + i, 2**63 + i),
-        lambda i: (("a", "b", "c")[i % 3], BASE + i, (i * 0.5, i, f"v{i}")[i % 3]),
-        lambda i: ("a", BASE + i, i * 0.25),
+        lambda i: (("a1", "b1", "c")[i % 3], BASE + i, (i * 0.5, i, f"v{i}")[i % 3]),
     ]
-    points = [kinds[(i // STAGE_POINTS) % len(kinds)](i) for i in range(9 * STAGE_POINTS + 77)]
-    # Each in its own stage (stage k starts at k * STAGE_POINTS): the stage is written point by point.
-    points[6 * STAGE_POINTS + 5] = ("a", 2**63, 1.0)  # beyond int64
-    points[7 * STAGE_POINTS + 9] = ("a", -(2**63), 1.0)  # the int64 minimum
-    points[8 * STAGE_POINTS + 3] = (["a"], BASE, 1.0)  # unhashable channel
-    points[8 * STAGE_POINTS + 4] = ("", BASE, 1.0)  # empty channel
-    points[9 * STAGE_POINTS + 1] = (7, BASE, 1.0)  # not a str, in the last (partial) stage
+    points = [kinds[(i // 1000) % len(kinds)](i) for i in range(12_345)]
+    points[10_005] = ("a1", 2**63, 1.0)  # beyond int64
+    points[10_009] = ("a1", -(2**63), 1.0)  # the int64 minimum
+    points[11_003] = (["a1"], BASE, 1.0)  # unhashable channel
+    points[11_004] = ("", BASE, 1.0)  # empty channel
+    points[12_001] = (7, BASE, 1.0)  # not a str
     return points
 
 
-def test_staged_columns_of_every_form_write_what_one_by_one_writes() -> None:
-    points = _stages_of_each_kind()
+def test_batches_of_every_column_form_write_what_one_by_one_writes() -> None:
+    points = _runs_of_each_kind()
     one, many = _Collect(), _Collect()
     with NominalStream(one, dataset_rid="ri.test.one", linger=None) as stream:
         writer = ElementWriter(stream)
@@ -163,21 +162,15 @@ def test_staged_columns_of_every_form_write_what_one_by_one_writes() -> None:
         writer.drain()
     with NominalStream(many, dataset_rid="ri.test.many", linger=None) as stream:
         writer = ElementWriter(stream)
-        chans, tss, vals = (list(f) for f in zip(*points, strict=True))
         failed: list[Any] = []
-        for start in range(0, len(points), STAGE_POINTS):  # as the DoFn stages them
-            end = start + STAGE_POINTS
-            if start == 2 * STAGE_POINTS:  # a write of just a float64 and an int64 column
-                failed += writer.write_staged()
-            failed += writer.stage_points(chans[start:end], tss[start:end], vals[start:end])
-            assert writer.staged_points < PENDING_POINTS
-        failed += writer.write_staged()
-        assert writer.staged_points == 0
+        for start, end in ((0, 2_000), (2_000, 10_000), (10_000, 12_345)):
+            batch = points[start:end]
+            failed += writer.write_points(*(list(f) for f in zip(*batch, strict=True)))
         writer.drain()
     assert {repr(e): (type(exc).__name__, str(exc)) for e, exc in failed} == single_failed
     assert len(single_failed) == 5
-    assert one.types == many.types == {"a": "double", "b": "int64", "c": "string", "u": "uint64"}
-    assert one.series == many.series
+    assert {"double", "int64", "string", "uint64"} == set(many.types.values())
+    assert one.types == many.types and one.series == many.series
     assert sum(map(len, many.series.values())) == len(points) - 5
 
 
@@ -256,21 +249,18 @@ def test_pending_points_stay_bounded_and_requests_leave_during_process() -> None
     dofn.setup()
     dofn.start_bundle()
     n = 5 * PENDING_POINTS + 123
-    peak = peak_staged = 0
+    peak = 0
     for i in range(n):
         assert list(dofn.process((f"c{i % 50}", BASE + i, float(i)))) == []
         peak = max(peak, len(dofn._flat) // 3)
-        peak_staged = max(peak_staged, dofn._writer.staged_points)  # type: ignore[union-attr]
-    assert peak == STAGE_POINTS - 1
-    assert peak_staged == PENDING_POINTS - STAGE_POINTS
+    assert peak == PENDING_POINTS - 1
     # Requests were cut while elements arrived, not all at the end: memory stays bounded.
     assert dofn._stream._core.seq >= 4 * PENDING_POINTS // 10_000  # type: ignore[attr-defined]
     assert list(dofn.finish_bundle() or []) == []
     dofn.teardown()
     assert target.points == n
     # process compares with the literal for speed; it must be the constant.
-    assert f">= {3 * STAGE_POINTS}:" in inspect.getsource(BatchingWriteDoFn.process)
-    assert PENDING_POINTS % STAGE_POINTS == 0
+    assert f">= {3 * PENDING_POINTS}:" in inspect.getsource(BatchingWriteDoFn.process)
 
 
 N_BEAM = 2 * PENDING_POINTS + 4_321
