@@ -281,6 +281,15 @@ class _Raise:
         raise self.exc
 
 
+def _outputs(first: Any, second: Any) -> Any:
+    """Outputs of two writes as one: a list, or the :class:`_Raise` of the first that failed."""
+    if type(first) is _Raise:
+        return first
+    if type(second) is _Raise or not first:
+        return second
+    return [*first, *second]
+
+
 #: Sent into the points generator: write what it holds (end of bundle) or drop it (start).
 _END_OF_BUNDLE = object()
 _START_OF_BUNDLE = object()
@@ -323,15 +332,19 @@ class BatchingWriteDoFn(_StreamDoFn):
         return ["element"], []
 
     def _points(self) -> Any:
-        repeat = itertools.repeat
-        out: Any = ()
+        # Builtins as locals: a local load is cheaper than a global one, once per point.
+        repeat, type_, tuple_, int_ = itertools.repeat, type, tuple, int
+        # What writing a full batch gave: its points went in with earlier elements, so it is
+        # returned with the next element (or at the end of the bundle).
+        carry: Any = ()
+        element = yield ()
         while True:
             flat: list[Any] = []
             self._flat = flat
-            left = repeat(None, PENDING_POINTS - 1)
-            while True:
-                element = yield out
-                if type(element) is tuple:
+            # The loop counts the batch's points down: iterating allocates nothing, where len()
+            # of the list would make a new int object per point.
+            for _ in repeat(None, PENDING_POINTS):
+                if type_(element) is tuple_:
                     # Unpacking inside try is cheaper than a len() call, and try costs nothing
                     # when no exception is raised.
                     try:
@@ -339,26 +352,24 @@ class BatchingWriteDoFn(_StreamDoFn):
                     except ValueError:
                         pass
                     else:
-                        if type(ts) is int:
+                        if type_(ts) is int_:
                             flat.extend(element)
-                            # Counting down an iterator allocates nothing; len() of the list
-                            # would make a new int object per point.
-                            for _ in left:
-                                out = ()
-                                break
-                            else:
-                                out = self._write_flat(flat)
-                                break
+                            element = yield carry
+                            carry = ()
                             continue
                 # Anything else: the points collected so far go first, so each series keeps the
                 # order of its elements.
                 if element is _START_OF_BUNDLE:
-                    out = ()  # points left by a failed bundle are not this bundle's
+                    out: Any = ()  # what a failed bundle left is not this bundle's
                 else:
-                    out = self._write_flat(flat) if flat else []
+                    out = _outputs(carry, self._write_flat(flat) if flat else [])
                     if element is not _END_OF_BUNDLE and type(out) is list:
                         out += self._write_element(element)
+                carry = ()
+                element = yield out
                 break
+            else:
+                carry = _outputs(carry, self._write_flat(flat))
 
     def _write_flat(self, flat: list[Any]) -> Any:
         try:

@@ -252,7 +252,7 @@ def test_pending_points_stay_bounded_and_requests_leave_during_process() -> None
     for i in range(n):
         assert list(dofn.process((f"c{i % 50}", BASE + i, float(i)))) == []
         peak = max(peak, len(dofn._flat) // 3)
-    assert peak == PENDING_POINTS - 1
+    assert peak == PENDING_POINTS  # a full batch is written when the next element arrives
     # Requests were cut while elements arrived, not all at the end: memory stays bounded.
     assert dofn._stream._core.seq >= 4 * PENDING_POINTS // 10_000  # type: ignore[attr-defined]
     assert list(dofn.finish_bundle() or []) == []
@@ -289,9 +289,9 @@ def test_a_failed_bundle_fails_and_the_next_bundle_on_the_instance_works() -> No
         raise RuntimeError("bug in write_points")
 
     dofn._writer.write_points = broken  # type: ignore[method-assign,union-attr]
-    outputs = [list(dofn.process((f"c{i % 7}", BASE + i, float(i)))) for i in range(PENDING_POINTS - 1)]
-    assert outputs == [[]] * (PENDING_POINTS - 1)
-    last = dofn.process(("c0", BASE + PENDING_POINTS, 1.0))  # fills the batch
+    outputs = [list(dofn.process((f"c{i % 7}", BASE + i, float(i)))) for i in range(PENDING_POINTS)]
+    assert outputs == [[]] * PENDING_POINTS
+    last = dofn.process(("c0", BASE + PENDING_POINTS, 1.0))  # the full batch is written now
     with pytest.raises(RuntimeError, match="bug in write_points"):
         list(last)
     for i in range(10):  # the generator still runs; these are left behind by the failed bundle
