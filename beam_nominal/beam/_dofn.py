@@ -301,8 +301,9 @@ class BatchingWriteDoFn(_StreamDoFn):
     ``process`` is the ``send`` method of a generator (:meth:`_points`), set on the instance the
     way Beam's own ``CallableWrapperDoFn`` (every ``Map`` and ``FlatMap``) sets a builtin as
     ``process``, with :meth:`_inspect_process` giving its argument. Resuming a suspended
-    generator costs less than entering a new frame: ~580 of the ~3,300 instructions this sink
-    spent per point in a function (callgrind). The generator never dies: whatever its writes
+    generator costs less than entering a new frame: with the countdown below, the sink spends
+    2,657 instructions per point where it spent 3,292 with a ``process`` function (callgrind,
+    outside Beam). The generator never dies: whatever its writes
     raise is returned as an output that raises it when Beam iterates it (:class:`_Raise`), so
     the bundle fails and the next bundle finds ``process`` working.
 

@@ -273,7 +273,7 @@ class ElementWriter:
         tuple.
 
         The common case is checked and converted a column at a time: the exact Python types of
-        all values in one ``set(map(type, ...))``, timestamps in one int64 conversion (which
+        all values counted in one ``list(map(type, ...))``, timestamps in one int64 conversion (which
         rejects ints beyond int64), one stable sort by channel in first-seen order (so the
         stream's calls, and the requests cut from them, depend only on the batch). A series whose
         values in the batch are of one type goes to the stream in one ``enqueue_batch``, which
