@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -70,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--points", type=int, default=100_000, help="N: points per bundle of the smaller run")
     args = ap.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        print("callgrind_points needs valgrind (Debian package valgrind), not found on PATH", file=sys.stderr)
+        return 2
     n = args.points
     jobs = [(sink, size) for sink in SINKS for size in (n, 3 * n)]
     with ThreadPoolExecutor(2) as pool:

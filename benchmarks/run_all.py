@@ -14,7 +14,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHES = ("bench_wire", "bench_avro", "bench_server", "bench_stream", "bench_stream_parts", "bench_beam")
+BENCHES = (
+    "bench_wire",
+    "bench_avro",
+    "bench_server",
+    "bench_stream",
+    "bench_stream_parts",
+    "bench_beam",
+    "callgrind_points",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
