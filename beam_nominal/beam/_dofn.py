@@ -302,10 +302,10 @@ class BatchingWriteDoFn(_StreamDoFn):
     way Beam's own ``CallableWrapperDoFn`` (every ``Map`` and ``FlatMap``) sets a builtin as
     ``process``, with :meth:`_inspect_process` giving its argument. Resuming a suspended
     generator costs less than entering a new frame: with the countdown below, the sink spends
-    2,657 instructions per point where it spent 3,292 with a ``process`` function (callgrind,
-    outside Beam). The generator never dies: whatever its writes
-    raise is returned as an output that raises it when Beam iterates it (:class:`_Raise`), so
-    the bundle fails and the next bundle finds ``process`` working.
+    2,696 instructions per point where it spent 3,325 with a ``process`` function
+    (``benchmarks/callgrind_points.py``). The generator never dies: whatever its writes raise is
+    returned as an output that raises it when Beam iterates it (:class:`_Raise`), so the bundle
+    fails and the next bundle finds ``process`` working.
 
     A ``(channel, int ns, value)`` tuple costs one ``list.extend`` there: its three fields go to
     one flat list (ints, floats and strs are not tracked by the garbage collector; thousands of

@@ -29,9 +29,9 @@ from beam_nominal.model import SeriesKey, timestamp_ns, timestamps_ns
 __all__ = ["PENDING_POINTS", "ElementError", "ElementWriter", "FailedElement", "SeriesChunk", "StreamLike"]
 
 _INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
 # The ufunc reduction itself: ndarray.min goes through two Python-level wrappers first.
 _MINIMUM = np.minimum.reduce
-_INT64_MAX = 2**63 - 1
 
 #: Points one series collects before they are handed to the stream in one call.
 SERIES_FLUSH_POINTS = 4096
@@ -273,7 +273,7 @@ class ElementWriter:
         tuple.
 
         The common case is checked and converted a column at a time: the exact Python types of
-        all values counted in one ``list(map(type, ...))``, timestamps in one int64 conversion (which
+        all values in one ``list(map(type, ...))``, timestamps in one int64 conversion (which
         rejects ints beyond int64), one stable sort by channel in first-seen order (so the
         stream's calls, and the requests cut from them, depend only on the batch). A series whose
         values in the batch are of one type goes to the stream in one ``enqueue_batch``, which
