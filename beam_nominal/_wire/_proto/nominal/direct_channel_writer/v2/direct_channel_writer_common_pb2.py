@@ -22,33 +22,42 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from beam_nominal._wire._proto.nominal.types.time import time_pb2 as nominal_dot_types_dot_time_dot_time__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\nCnominal/direct_channel_writer/v2/direct_channel_writer_common.proto\x12 nominal.direct_channel_writer.v2\"\x1e\n\x0c\x44oublePoints\x12\x0e\n\x06points\x18\x01 \x03(\x01\"\x1e\n\x0cStringPoints\x12\x0e\n\x06points\x18\x01 \x03(\t\"\x1b\n\tIntPoints\x12\x0e\n\x06points\x18\x01 \x03(\x03\"\x1e\n\x0cUint64Points\x12\x0e\n\x06points\x18\x01 \x03(\x04\"\x1e\n\x0cStructPoints\x12\x0e\n\x06points\x18\x01 \x03(\t\"\xc3\x01\n\x0b\x41rrayPoints\x12R\n\x13\x64ouble_array_points\x18\x01 \x01(\x0b\x32\x33.nominal.direct_channel_writer.v2.DoubleArrayPointsH\x00\x12R\n\x13string_array_points\x18\x02 \x01(\x0b\x32\x33.nominal.direct_channel_writer.v2.StringArrayPointsH\x00\x42\x0c\n\narray_type\"W\n\x11\x44oubleArrayPoints\x12\x42\n\x06points\x18\x01 \x03(\x0b\x32\x32.nominal.direct_channel_writer.v2.DoubleArrayPoint\"!\n\x10\x44oubleArrayPoint\x12\r\n\x05value\x18\x02 \x03(\x01\"W\n\x11StringArrayPoints\x12\x42\n\x06points\x18\x01 \x03(\x0b\x32\x32.nominal.direct_channel_writer.v2.StringArrayPoint\"!\n\x10StringArrayPoint\x12\r\n\x05value\x18\x02 \x03(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\nCnominal/direct_channel_writer/v2/direct_channel_writer_common.proto\x12 nominal.direct_channel_writer.v2\x1a\x1dnominal/types/time/time.proto\"\xea\x01\n\x0cRecordsBatch\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\x46\n\x04tags\x18\x02 \x03(\x0b\x32\x38.nominal.direct_channel_writer.v2.RecordsBatch.TagsEntry\x12\x38\n\x06points\x18\x03 \x01(\x0b\x32(.nominal.direct_channel_writer.v2.Points\x12\x11\n\x04unit\x18\x04 \x01(\tH\x00\x88\x01\x01\x1a+\n\tTagsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_unit\"\xf3\x03\n\x06Points\x12\x31\n\ntimestamps\x18\x01 \x03(\x0b\x32\x1d.nominal.types.time.Timestamp\x12G\n\rdouble_points\x18\x02 \x01(\x0b\x32..nominal.direct_channel_writer.v2.DoublePointsH\x00\x12G\n\rstring_points\x18\x03 \x01(\x0b\x32..nominal.direct_channel_writer.v2.StringPointsH\x00\x12\x41\n\nint_points\x18\x05 \x01(\x0b\x32+.nominal.direct_channel_writer.v2.IntPointsH\x00\x12\x45\n\x0c\x61rray_points\x18\x06 \x01(\x0b\x32-.nominal.direct_channel_writer.v2.ArrayPointsH\x00\x12G\n\rstruct_points\x18\x07 \x01(\x0b\x32..nominal.direct_channel_writer.v2.StructPointsH\x00\x12G\n\ruint64_points\x18\x08 \x01(\x0b\x32..nominal.direct_channel_writer.v2.Uint64PointsH\x00\x42\x08\n\x06points\"\x1e\n\x0c\x44oublePoints\x12\x0e\n\x06points\x18\x01 \x03(\x01\"\x1e\n\x0cStringPoints\x12\x0e\n\x06points\x18\x01 \x03(\t\"\x1b\n\tIntPoints\x12\x0e\n\x06points\x18\x01 \x03(\x03\"\x1e\n\x0cUint64Points\x12\x0e\n\x06points\x18\x01 \x03(\x04\"\x1e\n\x0cStructPoints\x12\x0e\n\x06points\x18\x01 \x03(\t\"\xc3\x01\n\x0b\x41rrayPoints\x12R\n\x13\x64ouble_array_points\x18\x01 \x01(\x0b\x32\x33.nominal.direct_channel_writer.v2.DoubleArrayPointsH\x00\x12R\n\x13string_array_points\x18\x02 \x01(\x0b\x32\x33.nominal.direct_channel_writer.v2.StringArrayPointsH\x00\x42\x0c\n\narray_type\"W\n\x11\x44oubleArrayPoints\x12\x42\n\x06points\x18\x01 \x03(\x0b\x32\x32.nominal.direct_channel_writer.v2.DoubleArrayPoint\"!\n\x10\x44oubleArrayPoint\x12\r\n\x05value\x18\x02 \x03(\x01\"W\n\x11StringArrayPoints\x12\x42\n\x06points\x18\x01 \x03(\x0b\x32\x32.nominal.direct_channel_writer.v2.StringArrayPoint\"!\n\x10StringArrayPoint\x12\r\n\x05value\x18\x02 \x03(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'nominal.direct_channel_writer.v2.direct_channel_writer_common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DOUBLEPOINTS']._serialized_start=105
-  _globals['_DOUBLEPOINTS']._serialized_end=135
-  _globals['_STRINGPOINTS']._serialized_start=137
-  _globals['_STRINGPOINTS']._serialized_end=167
-  _globals['_INTPOINTS']._serialized_start=169
-  _globals['_INTPOINTS']._serialized_end=196
-  _globals['_UINT64POINTS']._serialized_start=198
-  _globals['_UINT64POINTS']._serialized_end=228
-  _globals['_STRUCTPOINTS']._serialized_start=230
-  _globals['_STRUCTPOINTS']._serialized_end=260
-  _globals['_ARRAYPOINTS']._serialized_start=263
-  _globals['_ARRAYPOINTS']._serialized_end=458
-  _globals['_DOUBLEARRAYPOINTS']._serialized_start=460
-  _globals['_DOUBLEARRAYPOINTS']._serialized_end=547
-  _globals['_DOUBLEARRAYPOINT']._serialized_start=549
-  _globals['_DOUBLEARRAYPOINT']._serialized_end=582
-  _globals['_STRINGARRAYPOINTS']._serialized_start=584
-  _globals['_STRINGARRAYPOINTS']._serialized_end=671
-  _globals['_STRINGARRAYPOINT']._serialized_start=673
-  _globals['_STRINGARRAYPOINT']._serialized_end=706
+  _globals['_RECORDSBATCH_TAGSENTRY']._loaded_options = None
+  _globals['_RECORDSBATCH_TAGSENTRY']._serialized_options = b'8\001'
+  _globals['_RECORDSBATCH']._serialized_start=137
+  _globals['_RECORDSBATCH']._serialized_end=371
+  _globals['_RECORDSBATCH_TAGSENTRY']._serialized_start=319
+  _globals['_RECORDSBATCH_TAGSENTRY']._serialized_end=362
+  _globals['_POINTS']._serialized_start=374
+  _globals['_POINTS']._serialized_end=873
+  _globals['_DOUBLEPOINTS']._serialized_start=875
+  _globals['_DOUBLEPOINTS']._serialized_end=905
+  _globals['_STRINGPOINTS']._serialized_start=907
+  _globals['_STRINGPOINTS']._serialized_end=937
+  _globals['_INTPOINTS']._serialized_start=939
+  _globals['_INTPOINTS']._serialized_end=966
+  _globals['_UINT64POINTS']._serialized_start=968
+  _globals['_UINT64POINTS']._serialized_end=998
+  _globals['_STRUCTPOINTS']._serialized_start=1000
+  _globals['_STRUCTPOINTS']._serialized_end=1030
+  _globals['_ARRAYPOINTS']._serialized_start=1033
+  _globals['_ARRAYPOINTS']._serialized_end=1228
+  _globals['_DOUBLEARRAYPOINTS']._serialized_start=1230
+  _globals['_DOUBLEARRAYPOINTS']._serialized_end=1317
+  _globals['_DOUBLEARRAYPOINT']._serialized_start=1319
+  _globals['_DOUBLEARRAYPOINT']._serialized_end=1352
+  _globals['_STRINGARRAYPOINTS']._serialized_start=1354
+  _globals['_STRINGARRAYPOINTS']._serialized_end=1441
+  _globals['_STRINGARRAYPOINT']._serialized_start=1443
+  _globals['_STRINGARRAYPOINT']._serialized_end=1476
 # @@protoc_insertion_point(module_scope)

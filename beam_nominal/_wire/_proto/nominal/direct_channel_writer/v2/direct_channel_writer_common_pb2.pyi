@@ -1,3 +1,4 @@
+from beam_nominal._wire._proto.nominal.types.time import time_pb2 as _time_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -5,6 +6,43 @@ from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class RecordsBatch(_message.Message):
+    __slots__ = ("channel", "tags", "points", "unit")
+    class TagsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    channel: str
+    tags: _containers.ScalarMap[str, str]
+    points: Points
+    unit: str
+    def __init__(self, channel: _Optional[str] = ..., tags: _Optional[_Mapping[str, str]] = ..., points: _Optional[_Union[Points, _Mapping]] = ..., unit: _Optional[str] = ...) -> None: ...
+
+class Points(_message.Message):
+    __slots__ = ("timestamps", "double_points", "string_points", "int_points", "array_points", "struct_points", "uint64_points")
+    TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    DOUBLE_POINTS_FIELD_NUMBER: _ClassVar[int]
+    STRING_POINTS_FIELD_NUMBER: _ClassVar[int]
+    INT_POINTS_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_POINTS_FIELD_NUMBER: _ClassVar[int]
+    STRUCT_POINTS_FIELD_NUMBER: _ClassVar[int]
+    UINT64_POINTS_FIELD_NUMBER: _ClassVar[int]
+    timestamps: _containers.RepeatedCompositeFieldContainer[_time_pb2.Timestamp]
+    double_points: DoublePoints
+    string_points: StringPoints
+    int_points: IntPoints
+    array_points: ArrayPoints
+    struct_points: StructPoints
+    uint64_points: Uint64Points
+    def __init__(self, timestamps: _Optional[_Iterable[_Union[_time_pb2.Timestamp, _Mapping]]] = ..., double_points: _Optional[_Union[DoublePoints, _Mapping]] = ..., string_points: _Optional[_Union[StringPoints, _Mapping]] = ..., int_points: _Optional[_Union[IntPoints, _Mapping]] = ..., array_points: _Optional[_Union[ArrayPoints, _Mapping]] = ..., struct_points: _Optional[_Union[StructPoints, _Mapping]] = ..., uint64_points: _Optional[_Union[Uint64Points, _Mapping]] = ...) -> None: ...
 
 class DoublePoints(_message.Message):
     __slots__ = ("points",)
