@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "FailedElement": "beam_nominal.beam",
     "FallbackTarget": "beam_nominal.targets.compose",
     "GrpcTarget": "beam_nominal.targets.grpc",
+    "HttpTarget": "beam_nominal.targets.http",
     "LocalServer": "beam_nominal.server",
     "LocalStore": "beam_nominal.server",
     "NominalStream": "beam_nominal.stream",
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     from beam_nominal.targets.compose import FallbackTarget as FallbackTarget
     from beam_nominal.targets.compose import TeeTarget as TeeTarget
     from beam_nominal.targets.grpc import GrpcTarget as GrpcTarget
+    from beam_nominal.targets.http import HttpTarget as HttpTarget
 
 
 def __getattr__(name: str) -> Any:

@@ -25,13 +25,16 @@ class TargetError(BeamNominalError):
     Attributes:
         retryable: True when the same request may succeed later (UNAVAILABLE, RESOURCE_EXHAUSTED,
             DEADLINE_EXCEEDED, ABORTED, a full disk that may drain ...).
-        code: a short machine-readable reason, e.g. the gRPC status name.
+        code: a short machine-readable reason, e.g. the gRPC status name or ``HTTP 503``.
+        retry_after: seconds the server asked us to wait before trying again (HTTP
+            ``Retry-After``), or None; the uploader waits at least this long.
     """
 
-    def __init__(self, message: str, *, retryable: bool, code: str = "") -> None:
+    def __init__(self, message: str, *, retryable: bool, code: str = "", retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.code = code
+        self.retry_after = retry_after
 
 
 class DeliveryError(BeamNominalError):

@@ -479,7 +479,8 @@ class NominalStream:
     """A buffered, concurrent, exact writer of telemetry to one Nominal dataset.
 
     Args:
-        target: ``grpc://host:port`` (plaintext), ``grpcs://host[:port]`` (TLS), a path or
+        target: Nominal's base URL ``https://host/api`` (its HTTP write API; ``http://`` for
+            plaintext), ``grpc://host:port``, ``grpcs://host[:port]`` (TLS), a path or
             ``file://`` URL ending in ``.avro``, or any object with the
             :class:`~beam_nominal.targets.base.Target` protocol. Targets made from a URL are
             closed with the stream; a target object passed in is left open.
@@ -494,7 +495,10 @@ class NominalStream:
             A target with an int attribute ``preferred_request_bytes`` sets the request size
             unless ``max_request_bytes=`` is given as a keyword (bounded by half the buffer).
         source_name: optional source name carried by every request.
-        ca_file: trusted roots for ``grpcs`` URLs (system roots by default).
+        ca_file: trusted roots for ``https``/``grpcs`` URLs (system roots by default).
+        format: for ``http(s)://`` URLs, ``"row"`` (default: the endpoint every Nominal
+            deployment serves) or ``"columnar"``; ``fallback_to_row=True`` lets a columnar
+            target switch to row when the server does not serve columnar.
         clock: monotonic clock in seconds (injectable for tests of linger and timeouts).
 
     Lifecycle: see :class:`StreamState`. Leaving a ``with`` block, even on an exception, closes the
@@ -518,6 +522,8 @@ class NominalStream:
         retry: RetrySettings | None = None,
         source_name: str | None = None,
         ca_file: str | os.PathLike[str] | None = None,
+        format: str | None = None,
+        fallback_to_row: bool = False,
         clock: Callable[[], float] = time.monotonic,
         **settings: Any,
     ) -> None:
@@ -532,7 +538,7 @@ class NominalStream:
         batch = _merge(batch, BatchSettings, groups)
         upload = _merge(upload, UploadSettings, groups)
         retry = _merge(retry, RetrySettings, groups)
-        made, owns = _make_target(target, dataset_rid, token, ca_file)
+        made, owns = _make_target(target, dataset_rid, token, ca_file, format, fallback_to_row)
         preferred = getattr(made, "preferred_request_bytes", None)
         if isinstance(preferred, int) and "max_request_bytes" not in groups.get(BatchSettings, {}):
             # A target without a message-size limit (a file) may take bigger requests, which
@@ -999,10 +1005,16 @@ def _merge(given: Any, cls: type[Any], groups: dict[type[Any], dict[str, Any]]) 
     return dataclasses.replace(given, **overrides) if overrides else given
 
 
-def _make_target(target: Any, dataset_rid: str, token: Any, ca_file: Any) -> tuple[Target, bool]:
+def _make_target(
+    target: Any, dataset_rid: str, token: Any, ca_file: Any, format: str | None, fallback_to_row: bool
+) -> tuple[Target, bool]:
     from beam_nominal.targets._factory import target_from_url
 
-    extra = {"ca_file": ca_file} if ca_file is not None else {}
+    extra: dict[str, Any] = {"ca_file": ca_file} if ca_file is not None else {}
+    if format is not None:
+        extra["format"] = format
+    if fallback_to_row:
+        extra["fallback_to_row"] = True
     made = target_from_url(target, dataset_rid=dataset_rid, token=token, **extra)
     return made, made is not target
 

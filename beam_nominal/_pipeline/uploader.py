@@ -138,12 +138,13 @@ class Uploader:
             timeout = self._upload.attempt_timeout
             if retry.total_timeout is not None:
                 timeout = max(0.001, min(timeout, retry.total_timeout - (self._clock() - start)))
+            retry_after: float | None = None
             try:
                 self._target.send(request, timeout=timeout)
-                return Outcome(True, False, "", attempt - 1, _body_len(request))
+                return Outcome(True, False, "", attempt - 1, request.encoded_bytes)
             except TargetError as exc:
                 reason = f"{exc.code or type(exc).__name__}: {exc}"
-                retryable = exc.retryable
+                retryable, retry_after = exc.retryable, exc.retry_after
             except Exception as exc:
                 reason, retryable = f"{type(exc).__name__}: {exc}", False
             if not retryable:
@@ -152,6 +153,10 @@ class Uploader:
                 reason = f"gave up after {attempt} attempts: {reason}"
                 break
             delay = retry.backoff(attempt, self._rand())
+            if retry_after is not None:
+                # The server knows its own load better than our backoff: wait at least as asked
+                # (the retry budget below still bounds the whole request).
+                delay = max(delay, retry_after)
             if retry.total_timeout is not None and self._clock() - start + delay >= retry.total_timeout:
                 reason = f"gave up after {attempt} attempts ({retry.total_timeout}s retry budget): {reason}"
                 break
@@ -175,8 +180,3 @@ class Uploader:
         )
         return Outcome(False, True, reason, retries, 0)
 
-
-def _body_len(request: Request) -> int:
-    # Only count bytes that were actually encoded (a column target may never encode).
-    body = request.__dict__.get("body")
-    return len(body) if isinstance(body, bytes) else 0

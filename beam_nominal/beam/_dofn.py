@@ -66,6 +66,8 @@ class SinkConfig:
     timestamp_field: str = "timestamp"
     tags: Mapping[str, str] | None = None
     source_name: str | None = None
+    #: Keywords for the target a URL names (``format``, ``fallback_to_row`` for HTTP).
+    target_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def resolve_token(token: Any) -> str | Callable[[], str] | None:
@@ -88,7 +90,9 @@ def resolve_token(token: Any) -> str | Callable[[], str] | None:
 _avro_counter = itertools.count()
 
 
-def _open_target(target: Any, token: str | Callable[[], str] | None, dataset_rid: str) -> Any:
+def _open_target(
+    target: Any, token: str | Callable[[], str] | None, dataset_rid: str, options: Mapping[str, Any]
+) -> Any:
     if callable(target) and not isinstance(target, str):
         return target()
     if not isinstance(target, str):
@@ -100,7 +104,7 @@ def _open_target(target: Any, token: str | Callable[[], str] | None, dataset_rid
         stem = target.removeprefix("file://")[: -len(".avro")]
         path = f"{stem}-{os.getpid()}-{next(_avro_counter)}-{uuid.uuid4().hex[:8]}.avro"
         return target_from_url(path, dataset_rid=dataset_rid)
-    return target_from_url(target, dataset_rid=dataset_rid, token=token)
+    return target_from_url(target, dataset_rid=dataset_rid, token=token, **options)
 
 
 class _SharedTargets:
@@ -118,15 +122,16 @@ class _SharedTargets:
         token = resolve_token(config.token)
         shareable = isinstance(config.target, str) and (token is None or isinstance(token, str))
         if not shareable:
-            return _open_target(config.target, token, config.dataset_rid), None
+            return _open_target(config.target, token, config.dataset_rid, config.target_options), None
         # Avro files are per writer: two instances appending to one file would interleave blocks.
         if config.target.endswith(".avro"):
-            return _open_target(config.target, token, config.dataset_rid), None
-        key = (config.target, hash(token))
+            return _open_target(config.target, token, config.dataset_rid, config.target_options), None
+        # An HTTP target is per dataset (the rid is in its URL); options change what it sends.
+        key = (config.target, hash(token), config.dataset_rid, tuple(sorted(config.target_options.items())))
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
-                entry = [_open_target(config.target, token, config.dataset_rid), 0]
+                entry = [_open_target(config.target, token, config.dataset_rid, config.target_options), 0]
                 self._entries[key] = entry
             entry[1] += 1
             return entry[0], key

@@ -68,6 +68,12 @@ class MeasuredTarget:
         with self._lock:
             self._samples.append((int(request.points), elapsed))
 
+    @property
+    def preferred_request_bytes(self) -> int | None:
+        """The inner target's request size, which the stream would otherwise not see."""
+        size = getattr(self.inner, "preferred_request_bytes", None)
+        return size if isinstance(size, int) else None
+
     def take_samples(self) -> list[tuple[int, float]]:
         with self._lock:
             samples, self._samples = self._samples, []

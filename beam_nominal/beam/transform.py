@@ -121,13 +121,18 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
     with the same idempotency keys.
 
     Args:
-        target: ``grpc://host:port``, ``grpcs://host[:port]``, a path ending in ``.avro``, or a
-            zero-argument factory returning a target (called in ``DoFn.setup``). ``None`` starts
-            an embedded local server on local runners.
+        target: Nominal's base URL ``https://host/api`` (its HTTP write API; ``http://`` for
+            plaintext), ``grpc://host:port``, ``grpcs://host[:port]``, a path ending in ``.avro``,
+            or a zero-argument factory returning a target (called in ``DoFn.setup``). ``None``
+            starts an embedded local server on local runners.
         dataset_rid: the Nominal dataset to write to. Required with a target; defaults to
             ``ri.beam-nominal.local.dataset`` with the embedded server.
         token: API token as a string, a zero-argument callable, or an ``apache_beam`` ``Secret``;
             resolved on the worker and never shown in display data, logs or repr.
+        format: with an ``http(s)://`` target, ``"row"`` (default; the endpoint every Nominal
+            deployment serves) or ``"columnar"``.
+        fallback_to_row: with ``format="columnar"``, switch to row if the server does not serve
+            the columnar endpoint (404/415) instead of failing.
         timestamp_field: name of the timestamp field/column of elements.
         tags: tags added to every series (an element's own tags win on a clash).
         local_data_dir: data directory of the embedded server (default ``./nominal-data``).
@@ -149,6 +154,8 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         dataset_rid: str | None = None,
         token: Any = None,
         *,
+        format: str | None = None,
+        fallback_to_row: bool = False,
         timestamp_field: str = "timestamp",
         tags: Mapping[str, str] | None = None,
         local_data_dir: str | os.PathLike[str] | None = None,
@@ -164,6 +171,7 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             )
         if target is not None and not dataset_rid:
             raise ValueError("WriteToNominal needs dataset_rid when a target is given")
+        target_options = self._check_target_options(target, format, fallback_to_row)
         if target is None and local_data_dir is None:
             local_data_dir = DEFAULT_LOCAL_DATA_DIR
         if not isinstance(timestamp_field, str) or not timestamp_field:
@@ -188,6 +196,28 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         self._batch_size = batch_size
         self._max_buffering = max_buffering_duration_secs
         self._settings = settings
+        self._target_options = target_options
+
+    @staticmethod
+    def _check_target_options(target: Any, format: str | None, fallback_to_row: bool) -> dict[str, Any]:
+        """Check the HTTP options against the target now, not on a worker."""
+        from beam_nominal.targets.http import FORMATS
+
+        options: dict[str, Any] = {}
+        if format is not None:
+            if format not in FORMATS:
+                raise ValueError(f"WriteToNominal format must be one of {FORMATS}, got {format!r}")
+            options["format"] = format
+        if not isinstance(fallback_to_row, bool):
+            raise TypeError(f"WriteToNominal fallback_to_row must be a bool, got {fallback_to_row!r}")
+        if fallback_to_row:
+            options["fallback_to_row"] = True
+        is_http = isinstance(target, str) and target.split("://", 1)[0].lower() in ("http", "https")
+        if options and not is_http:
+            raise ValueError(
+                f"WriteToNominal {', '.join(sorted(options))} applies to http(s):// targets only, got target={target!r}"
+            )
+        return options
 
     @staticmethod
     def _validate_settings(settings: Mapping[str, Any]) -> None:
@@ -220,7 +250,7 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             if not local:
                 raise ValueError(
                     f"WriteToNominal has no target and runner {runner} runs on remote workers that cannot "
-                    "reach an embedded local server: give target='grpcs://...' and dataset_rid='ri...'"
+                    "reach an embedded local server: give target='https://<your Nominal>/api' and dataset_rid='ri...'"
                 )
             assert self._local_data_dir is not None
             server = embedded_server(self._local_data_dir)
@@ -239,6 +269,7 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             settings=dict(self._settings),
             timestamp_field=self._timestamp_field,
             tags=self._tags,
+            target_options=self._target_options,
         )
 
     def expand(self, pcoll: PCollection[Any]) -> WriteToNominalResult:

@@ -19,6 +19,10 @@ def target_from_url(
 ) -> Target:
     """The target a URL or path names.
 
+    - ``https://host[:port][/path]`` and ``http://...``, the base URL Nominal's clients take
+      (``https://api.gov.nominal.io/api``): a :class:`beam_nominal.targets.http.HttpTarget` for
+      ``dataset_rid``, given ``token`` and ``kwargs`` (``format``, ``fallback_to_row``,
+      ``ca_file``).
     - ``grpc://host:port`` and ``grpcs://host[:port]``: a
       :class:`beam_nominal.targets.grpc.GrpcTarget`, given ``token`` and ``kwargs``.
     - a ``file://`` URL, or a path ending in ``.avro``: an
@@ -38,6 +42,13 @@ def target_from_url(
         )
     text = os.fspath(url_or_path)
     scheme = text.split("://", 1)[0].lower() if "://" in text else ""
+    if scheme in ("http", "https"):
+        from beam_nominal.targets.http import HttpTarget
+
+        return HttpTarget(text, dataset_rid=dataset_rid, token=token, **kwargs)
+    http_only = sorted({"format", "fallback_to_row"} & kwargs.keys())
+    if http_only:
+        raise ValueError(f"{', '.join(http_only)} applies to http(s):// targets only, not {text!r}")
     if scheme in ("grpc", "grpcs"):
         # Imported here so Avro-only users never load grpc.
         from beam_nominal.targets.grpc import GrpcTarget
@@ -49,6 +60,6 @@ def target_from_url(
 
         return AvroFileTarget(text, dataset_rid=dataset_rid, **kwargs)
     raise ValueError(
-        f"cannot tell what target {text!r} is: use grpc://host:port, grpcs://host[:port], "
-        "a path ending in .avro, a file:// URL, or a target object"
+        f"cannot tell what target {text!r} is: use Nominal's base URL https://host/api (or http://), "
+        "grpc://host:port, grpcs://host[:port], a path ending in .avro, a file:// URL, or a target object"
     )

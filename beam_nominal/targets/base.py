@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -43,6 +43,29 @@ class Request:
     def key(self) -> str:
         """Idempotency key: a digest of the body, identical for every retry of this request."""
         return idempotency_key(self.body)
+
+    @functools.cached_property
+    def _forms(self) -> dict[str, tuple[bytes, str]]:
+        return {}
+
+    def encoded(self, form: str, encode: Callable[[Request], bytes]) -> tuple[bytes, str]:
+        """This request in another wire form (e.g. an HTTP body) and that form's idempotency key.
+
+        Encoded once per form: a retry of the request, on whichever worker, sends the same bytes
+        with the same key. ``encode`` must be deterministic.
+        """
+        cached = self._forms.get(form)
+        if cached is None:
+            body = encode(self)
+            cached = self._forms[form] = (body, idempotency_key(body))
+        return cached
+
+    @property
+    def encoded_bytes(self) -> int:
+        """Bytes of the wire forms encoded so far (0 if a target never encoded it, as Avro's)."""
+        body = self.__dict__.get("body")
+        size = len(body) if isinstance(body, bytes) else 0
+        return size + sum(len(b) for b, _ in self.__dict__.get("_forms", {}).values())
 
 
 @runtime_checkable

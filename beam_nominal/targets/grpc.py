@@ -98,6 +98,13 @@ class GrpcTarget:
     def __repr__(self) -> str:
         return f"GrpcTarget({self.url!r}, token={'<set>' if self._token else None})"
 
+    @property
+    def http_hint(self) -> str:
+        """The HTTP base URL of the same host, in the form Nominal documents (``https://HOST/api``)."""
+        address = self.url.split("://", 1)[1]
+        host = address.rsplit(":", 1)[0]
+        return f"{'https' if self.url.startswith('grpcs') else 'http'}://{host}/api"
+
     def _auth(self) -> str | None:
         token = self._token() if callable(self._token) else self._token
         return f"Bearer {token}" if token else None
@@ -125,6 +132,11 @@ class GrpcTarget:
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
             details = exc.details() if hasattr(exc, "details") else str(exc)
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                details = (
+                    f"{details}; this deployment does not serve gRPC WriteColumnBatches: Nominal is written "
+                    f"over HTTP, use target={self.http_hint!r}"
+                )
             raise TargetError(
                 f"{self.url}: {code.name}: {details}", retryable=code in _RETRYABLE, code=code.name
             ) from None

@@ -198,7 +198,9 @@ def test_target_from_url(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ValueError, match=r"grpc://host:port"):
         target_from_url(str(tmp_path / "x.parquet"))
     with pytest.raises(ValueError, match="cannot tell"):
-        target_from_url("http://example.invalid/x")
+        target_from_url("ftp://example.invalid/x")
+    with pytest.raises(ValueError, match=r"https://host/api"):
+        target_from_url("example.invalid/api")
 
 
 def test_target_from_url_grpc_is_the_grpc_target() -> None:

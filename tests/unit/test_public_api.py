@@ -17,6 +17,7 @@ EXPECTED = [
     "FailedElement",
     "FallbackTarget",
     "GrpcTarget",
+    "HttpTarget",
     "LocalServer",
     "LocalStore",
     "NominalStream",

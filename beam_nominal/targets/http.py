@@ -1,0 +1,286 @@
+"""Send requests to Nominal's HTTP write API (or the local server's HTTP listener).
+
+Two forms, both what Nominal serves under the base URL its clients take (``https://HOST/api``):
+
+- ``row`` (default): ``POST {base}/storage/writer/v1/nominal/{dataset_rid}`` with a
+  ``WriteRequestNominal`` body, the endpoint every released Nominal client writes to, so every
+  deployment serves it.
+- ``columnar``: ``POST {base}/storage/writer/v1/nominal-columnar`` with a
+  ``direct_channel_writer.v2.WriteBatchesRequest`` body: one packed column per series, smaller
+  and cheaper to encode. A server without it answers 404/415; with ``fallback_to_row=True`` the
+  target then switches to ``row`` for good (nothing was stored, so nothing is lost or doubled).
+
+Bodies are zstd level 1 (what Nominal's clients send). Every attempt carries the same
+``Idempotency-Key`` (a digest of the uncompressed body), so a retry of a request the server
+stored but could not acknowledge is stored once by servers that keep keys (the local one does).
+The client is one urllib3 pool: keep-alive connections, safe to share between the uploader's
+threads. Retrying is the uploader's job; this module only classifies each answer.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import math
+import os
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+import urllib3
+import zstandard
+
+import beam_nominal
+from beam_nominal._wire import metadata
+from beam_nominal.errors import TargetError
+from beam_nominal.targets.base import Request
+from beam_nominal.targets.grpc import TokenSource
+
+__all__ = ["FORMATS", "HttpTarget"]
+
+_log = logging.getLogger(__name__)
+
+FORMATS = ("row", "columnar")
+
+#: Answers worth trying again: the server or a proxy is busy, restarting or timed out.
+_RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+#: What a server that does not serve the columnar endpoint answers.
+_NO_COLUMNAR_STATUS = frozenset({404, 415})
+#: Longest part of an error response quoted in an error message.
+_MAX_QUOTED = 500
+_ZSTD_LEVEL = 1
+
+
+def _encode_row(request: Request) -> bytes:
+    from beam_nominal._wire.write_nominal import encode_write_nominal
+
+    body: bytes = encode_write_nominal(request.batches, request.source_name)
+    return body
+
+
+def _encode_columnar(request: Request) -> bytes:
+    from beam_nominal._wire.write_batches_v2 import encode_write_batches_v2
+
+    body: bytes = encode_write_batches_v2(request.dataset_rid, request.batches)
+    return body
+
+
+_ENCODERS: dict[str, Callable[[Request], bytes]] = {"row": _encode_row, "columnar": _encode_columnar}
+
+
+def retry_after_seconds(value: str | None, now: Callable[[], float] = time.time) -> float | None:
+    """``Retry-After`` as seconds from now: delta-seconds or an HTTP date; None if absent or bad."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - now())
+
+
+class HttpTarget:
+    """A :class:`~beam_nominal.targets.base.Target` over Nominal's HTTP write API.
+
+    Args:
+        base_url: ``https://HOST[:PORT][/PATH]`` or ``http://...``, the base URL Nominal's
+            clients take, e.g. ``https://api.gov.nominal.io/api`` or the local server's
+            ``http://127.0.0.1:PORT/api``. Endpoint paths are appended to it.
+        dataset_rid: the dataset every request goes to (part of the row endpoint's path).
+        token: a bearer token, a callable returning one (called per attempt, so it may refresh),
+            or None to read ``NOMINAL_TOKEN`` (no header if unset). Never logged nor shown.
+        format: ``"row"`` (default) or ``"columnar"``.
+        fallback_to_row: with ``format="columnar"``, switch to ``row`` when the server answers
+            the columnar endpoint with 404 or 415 instead of failing.
+        ca_file: PEM file of trusted roots for ``https`` (the system's by default).
+        connect_timeout: seconds to open a connection (bounded by each attempt's deadline).
+        max_connections: connections kept open (one per concurrent upload is enough).
+
+    Raises:
+        ValueError: a URL that is not ``http(s)://HOST...``, or an unknown format.
+    """
+
+    #: Requests are budgeted in column-form bytes (the packer's measure); the row form of the same
+    #: points is up to ~1.5x that before zstd. 4 MiB keeps each body far below any proxy's limit.
+    preferred_request_bytes = 4 * 1024 * 1024
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        dataset_rid: str | None = None,
+        token: TokenSource = None,
+        format: str = "row",
+        fallback_to_row: bool = False,
+        ca_file: str | os.PathLike[str] | None = None,
+        connect_timeout: float = 10.0,
+        max_connections: int = 8,
+    ) -> None:
+        parsed = urllib.parse.urlsplit(base_url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"HTTP target URL must be http(s)://HOST[:PORT][/PATH], got {base_url!r}")
+        if parsed.query or parsed.fragment:
+            raise ValueError(f"HTTP target URL must not have a query or fragment: {base_url!r}")
+        if format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+        if not isinstance(dataset_rid, str) or not dataset_rid:
+            raise ValueError(f"an HTTP target needs a dataset_rid, got {dataset_rid!r}")
+        if not (isinstance(connect_timeout, (int, float)) and math.isfinite(connect_timeout) and connect_timeout > 0):
+            raise ValueError(f"connect_timeout must be a positive number of seconds, got {connect_timeout!r}")
+        self.url = urllib.parse.urlunsplit((parsed.scheme, parsed.netloc, parsed.path.rstrip("/"), "", ""))
+        self.dataset_rid = dataset_rid
+        self._urls = {
+            "row": self.url + metadata.HTTP_ROW_PATH.format(dataset_rid=urllib.parse.quote(dataset_rid, safe="")),
+            "columnar": self.url + metadata.HTTP_COLUMNAR_PATH,
+        }
+        self._format = format
+        self._fallback_to_row = fallback_to_row
+        self._connect_timeout = float(connect_timeout)
+        if token is None:
+            token = os.environ.get("NOMINAL_TOKEN") or None
+        self._token = token
+        pool_kw: dict[str, Any] = {}
+        if ca_file is not None:
+            pool_kw["ca_certs"] = os.fspath(ca_file)
+        # retries=False: the uploader retries, with backoff and the same idempotency key; urllib3
+        # retrying on its own would hide attempts from it and could redirect a POST.
+        self._pool = urllib3.PoolManager(
+            num_pools=2, maxsize=max_connections, block=False, retries=False, **pool_kw
+        )
+        self._headers = {
+            "Content-Type": metadata.PROTOBUF_CONTENT_TYPE,
+            "Content-Encoding": "zstd",
+            "Accept": "application/json",
+            "User-Agent": f"beam-nominal/{beam_nominal.__version__}",
+        }
+        # zstd compressors are not safe to share between threads: one per uploader thread.
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def format(self) -> str:
+        """The form requests are sent in now (``columnar`` may have fallen back to ``row``)."""
+        return self._format
+
+    def __repr__(self) -> str:
+        return f"HttpTarget({self.url!r}, format={self._format!r}, token={'<set>' if self._token else None})"
+
+    def _compress(self, body: bytes) -> bytes:
+        compressor = getattr(self._local, "zstd", None)
+        if compressor is None:
+            compressor = self._local.zstd = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
+        out: bytes = compressor.compress(body)
+        return out
+
+    def _body(self, request: Request, form: str) -> tuple[bytes, str]:
+        # Compressed bytes are cached with the form: retries re-send them without recompressing.
+        return request.encoded(f"http-{form}+zstd", lambda r: self._compress(_ENCODERS[form](r)))
+
+    def _auth(self) -> str | None:
+        try:
+            token = self._token() if callable(self._token) else self._token
+        except Exception as exc:
+            raise TargetError(f"token callable failed: {type(exc).__name__}", retryable=True, code="TOKEN") from None
+        return f"Bearer {token}" if token else None
+
+    def send(self, request: Request, timeout: float | None = None) -> None:
+        """Send one request; return when the server answered 2xx.
+
+        Raises:
+            TargetError: ``retryable`` for connection errors, timeouts and 408/425/429/500/502/
+                503/504 (``retry_after`` from the ``Retry-After`` header); permanent for other
+                answers, quoting the server's response. ``code`` is ``HTTP <status>`` or the
+                transport error's name.
+        """
+        if request.dataset_rid != self.dataset_rid:
+            raise TargetError(
+                f"{self!r} writes to dataset {self.dataset_rid!r}, not {request.dataset_rid!r}",
+                retryable=False,
+                code="DATASET",
+            )
+        form = self._format
+        status, text, headers = self._post(request, form, timeout)
+        if status in _NO_COLUMNAR_STATUS and form == "columnar":
+            if not self._fallback_to_row:
+                raise TargetError(
+                    f"{self._urls[form]} answered HTTP {status}: this server does not serve Nominal's columnar "
+                    f"endpoint; use format='row' (served by every Nominal deployment), or fallback_to_row=True. "
+                    f"Nothing was stored. Server said: {text}",
+                    retryable=False,
+                    code=f"HTTP {status}",
+                )
+            with self._lock:
+                if self._format == "columnar":
+                    _log.warning(
+                        "%s answered HTTP %d to the columnar endpoint; sending the row form from now on",
+                        self.url,
+                        status,
+                    )
+                    self._format = "row"
+            form = "row"
+            status, text, headers = self._post(request, form, timeout)
+        if 200 <= status < 300:
+            return
+        where = f"{self._urls[form]}: HTTP {status}"
+        if status in _RETRYABLE_STATUS:
+            raise TargetError(
+                f"{where}: {text}",
+                retryable=True,
+                code=f"HTTP {status}",
+                retry_after=retry_after_seconds(headers.get("Retry-After")),
+            )
+        if status == 401 or status == 403:
+            raise TargetError(f"{where}: the token was refused: {text}", retryable=False, code=f"HTTP {status}")
+        if 300 <= status < 400:
+            raise TargetError(
+                f"{where}: redirected to {headers.get('Location')!r}; give that base URL instead",
+                retryable=False,
+                code=f"HTTP {status}",
+            )
+        raise TargetError(f"{where}: {text}", retryable=False, code=f"HTTP {status}")
+
+    def _post(self, request: Request, form: str, timeout: float | None) -> tuple[int, str, Any]:
+        if self._closed:
+            raise TargetError(f"{self!r} is closed", retryable=False, code="CLOSED")
+        body, key = self._body(request, form)
+        headers = {**self._headers, metadata.HTTP_IDEMPOTENCY_KEY: key}
+        auth = self._auth()
+        if auth is not None:
+            headers["Authorization"] = auth
+        connect = self._connect_timeout if timeout is None else min(self._connect_timeout, timeout)
+        try:
+            resp = self._pool.request(
+                "POST",
+                self._urls[form],
+                body=body,
+                headers=headers,
+                timeout=urllib3.Timeout(connect=connect, read=timeout),
+                retries=False,
+                redirect=False,
+            )
+        except urllib3.exceptions.SSLError as exc:
+            # A certificate that does not verify will not verify on the next attempt either.
+            raise TargetError(f"{self._urls[form]}: TLS: {exc}", retryable=False, code="SSLError") from None
+        except urllib3.exceptions.HTTPError as exc:
+            # Connection refused or cut, a stalled answer: the request may or may not have been
+            # stored, and the idempotency key makes trying again safe either way.
+            name = type(exc).__name__
+            raise TargetError(f"{self._urls[form]}: {name}: {exc}", retryable=True, code=name) from None
+        text = resp.data[:_MAX_QUOTED].decode("utf-8", "replace").strip()
+        return resp.status, text, resp.headers
+
+    def close(self) -> None:
+        """Close the connection pool; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._pool.clear()
