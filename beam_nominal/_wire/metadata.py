@@ -1,4 +1,4 @@
-"""gRPC names and metadata shared by the client and the local server."""
+"""gRPC and HTTP names and headers shared by the clients and the local server."""
 
 from __future__ import annotations
 
@@ -11,6 +11,18 @@ WRITE_BATCHES = f"/{WRITER_SERVICE}/WriteBatches"
 #: Metadata key carrying a request's idempotency key. Servers that do not know it ignore it.
 IDEMPOTENCY_KEY = "x-idempotency-key"
 AUTHORIZATION = "authorization"
+
+#: Nominal's HTTP write API, relative to a base URL that ends in ``/api`` (the local server also
+#: serves them without the prefix). The row form (``WriteRequestNominal``) names the dataset in the
+#: path; the columnar form (``direct_channel_writer.v2.WriteBatchesRequest``) in its body.
+HTTP_API_PREFIX = "/api"
+HTTP_WRITE_NOMINAL_PATH = "/storage/writer/v1/nominal/{dataset_rid}"
+HTTP_WRITE_COLUMNAR_PATH = "/storage/writer/v1/nominal-columnar"
+#: The local server's own JSON description of what it accepts (see ``beam_nominal.server.http``).
+HTTP_CAPABILITIES_PATH = "/beam-nominal/v1/capabilities"
+#: Request header carrying the idempotency key over HTTP; the server also reads ``IDEMPOTENCY_KEY``.
+HTTP_IDEMPOTENCY_KEY = "Idempotency-Key"
+PROTOBUF_CONTENT_TYPE = "application/x-protobuf"
 
 #: Largest request the local server accepts, and the gRPC message limit both sides configure.
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
