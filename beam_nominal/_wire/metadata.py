@@ -12,17 +12,9 @@ WRITE_BATCHES = f"/{WRITER_SERVICE}/WriteBatches"
 IDEMPOTENCY_KEY = "x-idempotency-key"
 AUTHORIZATION = "authorization"
 
-#: Nominal's HTTP write API, relative to a base URL that ends in ``/api`` (the local server also
-#: serves them without the prefix). The row form (``WriteRequestNominal``) names the dataset in the
-#: path; the columnar form (``direct_channel_writer.v2.WriteBatchesRequest``) in its body.
+#: The prefix of Nominal's base URL (``https://HOST/api``); the local server serves the HTTP
+#: paths below both under it and without it.
 HTTP_API_PREFIX = "/api"
-HTTP_WRITE_NOMINAL_PATH = "/storage/writer/v1/nominal/{dataset_rid}"
-HTTP_WRITE_COLUMNAR_PATH = "/storage/writer/v1/nominal-columnar"
-#: The local server's own JSON description of what it accepts (see ``beam_nominal.server.http``).
-HTTP_CAPABILITIES_PATH = "/beam-nominal/v1/capabilities"
-#: Request header carrying the idempotency key over HTTP; the server also reads ``IDEMPOTENCY_KEY``.
-HTTP_IDEMPOTENCY_KEY = "Idempotency-Key"
-PROTOBUF_CONTENT_TYPE = "application/x-protobuf"
 
 #: Largest request the local server accepts, and the gRPC message limit both sides configure.
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
