@@ -27,14 +27,3 @@ def idempotency_key(body: bytes) -> str:
     so a server that records keys stores it once.
     """
     return hashlib.sha256(body).hexdigest()
-
-# Nominal's HTTP write API. Paths are relative to the base URL users give (``https://HOST/api``):
-# the row endpoint every released Nominal client posts WriteRequestNominal to, and the columnar
-# one (direct_channel_writer.v2.WriteBatchesRequest).
-HTTP_ROW_PATH = "/storage/writer/v1/nominal/{dataset_rid}"
-HTTP_COLUMNAR_PATH = "/storage/writer/v1/nominal-columnar"
-#: The local server's own capabilities document (JSON), for negotiation.
-HTTP_CAPABILITIES_PATH = "/beam-nominal/v1/capabilities"
-#: The header carrying a request's idempotency key over HTTP (the IETF draft's name).
-HTTP_IDEMPOTENCY_KEY = "Idempotency-Key"
-PROTOBUF_CONTENT_TYPE = "application/x-protobuf"

@@ -137,8 +137,8 @@ class HttpTarget:
         self.url = urllib.parse.urlunsplit((parsed.scheme, parsed.netloc, parsed.path.rstrip("/"), "", ""))
         self.dataset_rid = dataset_rid
         self._urls = {
-            "row": self.url + metadata.HTTP_ROW_PATH.format(dataset_rid=urllib.parse.quote(dataset_rid, safe="")),
-            "columnar": self.url + metadata.HTTP_COLUMNAR_PATH,
+            "row": self.url + metadata.HTTP_WRITE_NOMINAL_PATH.format(dataset_rid=urllib.parse.quote(dataset_rid, safe="")),
+            "columnar": self.url + metadata.HTTP_WRITE_COLUMNAR_PATH,
         }
         self._format = format
         self._fallback_to_row = fallback_to_row
