@@ -136,8 +136,9 @@ class HttpTarget:
             raise ValueError(f"connect_timeout must be a positive number of seconds, got {connect_timeout!r}")
         self.url = urllib.parse.urlunsplit((parsed.scheme, parsed.netloc, parsed.path.rstrip("/"), "", ""))
         self.dataset_rid = dataset_rid
+        quoted_rid = urllib.parse.quote(dataset_rid, safe="")
         self._urls = {
-            "row": self.url + metadata.HTTP_WRITE_NOMINAL_PATH.format(dataset_rid=urllib.parse.quote(dataset_rid, safe="")),
+            "row": self.url + metadata.HTTP_WRITE_NOMINAL_PATH.format(dataset_rid=quoted_rid),
             "columnar": self.url + metadata.HTTP_WRITE_COLUMNAR_PATH,
         }
         self._format = format
