@@ -15,6 +15,16 @@ AUTHORIZATION = "authorization"
 #: The prefix of Nominal's base URL (``https://HOST/api``); the local server serves the HTTP
 #: paths below both under it and without it.
 HTTP_API_PREFIX = "/api"
+#: Nominal's HTTP write API, relative to the base URL. The row form (``WriteRequestNominal``, what
+#: every released Nominal client posts) names the dataset in the path; the columnar form
+#: (``direct_channel_writer.v2.WriteBatchesRequest``) in its body.
+HTTP_WRITE_NOMINAL_PATH = "/storage/writer/v1/nominal/{dataset_rid}"
+HTTP_WRITE_COLUMNAR_PATH = "/storage/writer/v1/nominal-columnar"
+#: The local server's own JSON description of what it accepts (see ``beam_nominal.server.http``).
+HTTP_CAPABILITIES_PATH = "/beam-nominal/v1/capabilities"
+#: Request header carrying the idempotency key over HTTP; the server also reads ``IDEMPOTENCY_KEY``.
+HTTP_IDEMPOTENCY_KEY = "Idempotency-Key"
+PROTOBUF_CONTENT_TYPE = "application/x-protobuf"
 
 #: Largest request the local server accepts, and the gRPC message limit both sides configure.
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
