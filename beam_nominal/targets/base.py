@@ -14,6 +14,9 @@ from beam_nominal._wire.metadata import idempotency_key
 
 _TIMESTAMPS = operator.attrgetter("timestamps")
 
+#: A token, or a callable returning the current token (called per request so it can refresh).
+TokenSource = str | Callable[[], str] | None
+
 
 @dataclass(frozen=True, eq=False)
 class Request:

@@ -5,19 +5,16 @@ from __future__ import annotations
 import os
 import threading
 import urllib.parse
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 
 from beam_nominal._wire import metadata
 from beam_nominal.errors import TargetError
-from beam_nominal.targets.base import Request
+from beam_nominal.targets.base import Request, TokenSource
 
 __all__ = ["GrpcTarget", "TokenSource"]
 
-#: A token, or a callable returning the current token (called per request so it can refresh).
-TokenSource = str | Callable[[], str] | None
 
 # CANCELLED is included because we never cancel our own calls: it arrives when the server shuts
 # down under an in-flight call, and the idempotency key makes the retry safe either way.

@@ -35,8 +35,7 @@ import zstandard
 import beam_nominal
 from beam_nominal._wire import metadata
 from beam_nominal.errors import TargetError
-from beam_nominal.targets.base import Request
-from beam_nominal.targets.grpc import TokenSource
+from beam_nominal.targets.base import Request, TokenSource
 
 __all__ = ["FORMATS", "HttpTarget"]
 
