@@ -43,6 +43,7 @@ SIMPLE: list[Any] = [
     ("t.int", BASE + 1, 2**53 + 1),
     ("t.int", BASE + 2, -(2**63)),
     ("t.uint", BASE + 1, 2**63 + 5),
+    ("t.uint", BASE + 2, 2**64 - 1),
     ("t.str", "2024-01-01T00:00:00.123456789Z", "héllo ✓", {"unit": "x"}),
     ("t.str", "2024-01-01T00:00:00.123456790+00:00", "", {"unit": "x"}),
     {"channel": "d.bool", "timestamp": BASE, "value": True},
@@ -63,7 +64,7 @@ SIMPLE: list[Any] = [
 EXPECTED: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[str, list[tuple[int, Any]]]] = {
     ("t.float", ()): ("double", [(BASE + 1, 1.5), (BASE + 2, -0.0), (BASE + 3, math.nan)]),
     ("t.int", ()): ("int64", [(BASE + 1, 2**53 + 1), (BASE + 2, -(2**63))]),
-    ("t.uint", ()): ("uint64", [(BASE + 1, 2**63 + 5)]),
+    ("t.uint", ()): ("uint64", [(BASE + 1, 2**63 + 5), (BASE + 2, 2**64 - 1)]),
     ("t.str", (("unit", "x"),)): ("string", [(1704067200123456789, "héllo ✓"), (1704067200123456790, "")]),
     ("d.bool", ()): ("int64", [(BASE, 1), (BASE + 1, 0)]),
     ("wide.a", ()): ("double", [(BASE + 10, 1.0)]),
@@ -103,7 +104,7 @@ def assert_stored(
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
-    with LocalServer(tmp_path_factory.mktemp("beam-write")) as srv:
+    with LocalServer(tmp_path_factory.mktemp("beam-write"), http_port=0) as srv:
         yield srv
 
 
@@ -169,20 +170,24 @@ def test_every_shape_round_trips_exactly_on_fn_api_runner(server: LocalServer) -
     assert_stored(server.store, rid, expected)
 
 
-def _run(runner: Any, options: PipelineOptions, target: str, rid: str) -> None:
+def _run(runner: Any, options: PipelineOptions, target: str, rid: str, **kw: Any) -> None:
     with beam.Pipeline(runner=runner, options=options) as p:
         _ = (
             p
             | beam.Create(SIMPLE)
             | beam.Reshuffle()
-            | WriteToNominal(target, dataset_rid=rid, max_request_points=3)
+            | WriteToNominal(target, dataset_rid=rid, max_request_points=3, **kw)
         )
 
 
-def test_multi_processing_fn_api_runner(server: LocalServer) -> None:
-    rid = "ri.test.multiproc"
+@pytest.mark.parametrize("wire", ["grpc", "http-row", "http-columnar"])
+def test_multi_processing_fn_api_runner(server: LocalServer, wire: str) -> None:
+    rid = f"ri.test.multiproc.{wire}"
     opts = PipelineOptions(direct_num_workers=2, direct_running_mode="multi_processing")
-    _run(FnApiRunner(), opts, server.target, rid)
+    if wire == "grpc":
+        _run(FnApiRunner(), opts, server.target, rid)
+    else:
+        _run(FnApiRunner(), opts, server.http_url, rid, format=wire.removeprefix("http-"))
     assert_stored(server.store, rid, EXPECTED)
 
 

@@ -25,8 +25,18 @@ T = 1_700_000_000_123_456_789
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[LocalServer]:
-    with LocalServer(tmp_path / "data") as srv:
+    with LocalServer(tmp_path / "data", http_port=0) as srv:
         yield srv
+
+
+#: Every wire the stream speaks to a server: gRPC, and Nominal's HTTP API in both forms.
+WIRES = ["grpc", "http-row", "http-columnar"]
+
+
+def url_and_options(server: LocalServer, wire: str) -> tuple[str, dict[str, Any]]:
+    if wire == "grpc":
+        return server.target, {}
+    return server.http_url, {"format": wire.removeprefix("http-")}
 
 
 def read(srv: LocalServer, channel: str, tags: dict[str, str] | None = None) -> list[tuple[int, Any]]:
@@ -34,8 +44,10 @@ def read(srv: LocalServer, channel: str, tags: dict[str, str] | None = None) -> 
     return list(zip(table.column("timestamp").to_pylist(), table.column("value").to_pylist(), strict=True))
 
 
-def test_every_shape_round_trips_exactly(server: LocalServer) -> None:
-    with NominalStream(server.target, dataset_rid=RID, linger=None) as s:
+@pytest.mark.parametrize("wire", WIRES)
+def test_every_shape_round_trips_exactly(server: LocalServer, wire: str) -> None:
+    url, options = url_and_options(server, wire)
+    with NominalStream(url, dataset_rid=RID, linger=None, **options) as s:
         s.enqueue("d", T, 1.5, tags={"unit": "m"})
         s.enqueue("d", T + 1, float("nan"), tags={"unit": "m"})
         s.enqueue("d", T + 1, -0.0, tags={"unit": "m"})  # equal timestamps are both kept
@@ -86,9 +98,11 @@ def test_every_shape_round_trips_exactly(server: LocalServer) -> None:
     assert report.points == expected_points and report.series == 15
 
 
-def test_eight_threads_land_every_point_exactly_once(server: LocalServer) -> None:
+@pytest.mark.parametrize("wire", ["grpc", "http-row"])
+def test_eight_threads_land_every_point_exactly_once(server: LocalServer, wire: str) -> None:
     per_thread = 20_000
-    with NominalStream(server.target, dataset_rid=RID, linger=None, max_request_bytes=256 * 1024) as s:
+    url, options = url_and_options(server, wire)
+    with NominalStream(url, dataset_rid=RID, linger=None, max_request_bytes=256 * 1024, **options) as s:
         barrier = threading.Barrier(8)
         errors: list[BaseException] = []
 
@@ -147,8 +161,10 @@ def test_token_is_sent_as_bearer_and_refreshed_per_request(tmp_path: Path) -> No
         calls.append(1)
         return "t0k"
 
-    with LocalServer(tmp_path / "data", token="t0k") as srv:
-        with NominalStream(srv.target, dataset_rid=RID, token=token, linger=None, max_request_points=10) as s:
-            s.enqueue_batch("a", np.arange(T, T + 30), np.ones(30))
-        assert len(calls) == 3
-        assert LocalStore(srv.store.data_dir).read(RID, "a").num_rows == 30
+    with LocalServer(tmp_path / "data", token="t0k", http_port=0) as srv:
+        for url in (srv.target, srv.http_url):
+            calls.clear()
+            with NominalStream(url, dataset_rid=RID, token=token, linger=None, max_request_points=10) as s:
+                s.enqueue_batch(url, np.arange(T, T + 30), np.ones(30))
+            assert len(calls) == 3
+            assert LocalStore(srv.store.data_dir).read(RID, url).num_rows == 30

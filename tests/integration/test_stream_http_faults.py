@@ -1,0 +1,247 @@
+"""NominalStream over HTTP against a real LocalServer, with faults injected by aiohttp middlewares.
+
+The middlewares run inside the server after its token check, so every fault is a real HTTP answer
+(or a real cut connection) on loopback, and what the server stored is read back from its files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+from aiohttp import web
+
+from beam_nominal._wire import metadata as md
+from beam_nominal.errors import DeliveryError
+from beam_nominal.model import SeriesKey
+from beam_nominal.server import LocalServer, LocalStore
+from beam_nominal.stream import NominalStream
+from beam_nominal.targets.http import HttpTarget
+
+pytestmark = pytest.mark.timeout(120)
+
+RID = "ri.nominal.main.dataset.http-faults-1"
+T = 1_700_000_000_000_000_000
+FAST = {"linger": None, "initial_backoff": 0.01, "max_backoff": 0.05}
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Faults:
+    """An aiohttp middleware that answers write requests as a test tells it to.
+
+    ``plan(n, request)`` is called for the n-th write attempt (1-based) and returns what to do:
+    ``None`` (serve it), ``("status", code, headers)`` (answer without storing), ``"stall"`` (store
+    it, then hold the answer until the test ends), ``"cut"`` (store it, then drop the connection
+    without answering). Attempts are recorded with their idempotency key and arrival time.
+    """
+
+    def __init__(self, plan: Callable[[int, web.Request], Any]) -> None:
+        self.plan = plan
+        self.lock = threading.Lock()
+        self.attempts: list[tuple[str, str, float]] = []
+        self.release = asyncio.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    @web.middleware
+    async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method != "POST":
+            return await handler(request)
+        self.loop = asyncio.get_running_loop()
+        with self.lock:
+            self.attempts.append((request.path, request.headers.get(md.HTTP_IDEMPOTENCY_KEY, ""), time.monotonic()))
+            n = len(self.attempts)
+        action = self.plan(n, request)
+        if action is None:
+            return await handler(request)
+        if isinstance(action, tuple):
+            _, status, headers = action
+            return web.json_response({"error": "injected"}, status=status, headers=headers)
+        response = await handler(request)
+        if action == "stall":
+            # Longer than the client's attempt deadline; released when the test ends.
+            await asyncio.wait_for(self.release.wait(), 60)
+            return response
+        assert action == "cut"
+        assert request.transport is not None
+        request.transport.abort()
+        return response
+
+    def stop(self) -> None:
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.release.set)
+
+
+def _count(server: LocalServer, channel: str = "a") -> int:
+    return int(LocalStore(server.store.data_dir).read(RID, channel).num_rows)
+
+
+def _series(server: LocalServer, channel: str = "a") -> list[float]:
+    return LocalStore(server.store.data_dir).read(RID, channel).column("value").to_pylist()  # type: ignore[no-any-return]
+
+
+def _serve(tmp_path: Path, faults: Faults, **kw: Any) -> LocalServer:
+    return LocalServer(tmp_path / "data", http_port=0, http_middlewares=[faults], **kw).start()
+
+
+@pytest.mark.parametrize("fmt", ["row", "columnar"])
+def test_503_for_the_first_attempts_then_every_point_once(tmp_path: Path, fmt: str) -> None:
+    faults = Faults(lambda n, _r: ("status", 503, {}) if n <= 3 else None)
+    server = _serve(tmp_path, faults)
+    try:
+        with NominalStream(server.http_url, dataset_rid=RID, format=fmt, max_attempts=5, **FAST) as s:
+            s.enqueue_batch("a", np.arange(T, T + 1000), np.arange(1000, dtype=np.float64))
+        report = s.close()
+        assert report.points == 1000 and report.retries == 3
+        assert _series(server) == [float(i) for i in range(1000)]
+        assert len({key for _, key, _ in faults.attempts}) == 1, "every attempt carries the same key"
+    finally:
+        server.stop()
+
+
+def test_429_with_retry_after_is_waited_for(tmp_path: Path) -> None:
+    faults = Faults(lambda n, _r: ("status", 429, {"Retry-After": "1"}) if n == 1 else None)
+    server = _serve(tmp_path, faults)
+    try:
+        with NominalStream(server.http_url, dataset_rid=RID, **FAST) as s:
+            s.enqueue_batch("a", np.arange(T, T + 10), np.ones(10))
+        assert s.close().retries == 1 and _count(server) == 10
+        (_, k1, t1), (_, k2, t2) = faults.attempts
+        # Backoff alone would retry after at most 10 ms.
+        assert k1 == k2 and t2 - t1 >= 0.95
+    finally:
+        server.stop()
+
+
+def test_an_answer_stalled_past_the_deadline_after_the_commit_is_stored_once(tmp_path: Path) -> None:
+    faults = Faults(lambda n, _r: "stall" if n == 1 else None)
+    server = _serve(tmp_path, faults)
+    try:
+        with NominalStream(server.http_url, dataset_rid=RID, attempt_timeout=0.5, **FAST) as s:
+            s.enqueue_batch("a", np.arange(T, T + 500), np.arange(500, dtype=np.float64))
+        report = s.close()
+        assert report.points == 500 and report.retries == 1
+        assert _series(server) == [float(i) for i in range(500)]
+    finally:
+        faults.stop()
+        server.stop()
+
+
+@pytest.mark.parametrize("fmt", ["row", "columnar"])
+def test_a_connection_cut_after_the_commit_is_stored_once(tmp_path: Path, fmt: str) -> None:
+    faults = Faults(lambda n, _r: "cut" if n <= 2 else None)
+    server = _serve(tmp_path, faults)
+    try:
+        with NominalStream(
+            server.http_url, dataset_rid=RID, format=fmt, max_request_points=400, max_in_flight=1, **FAST
+        ) as s:
+            s.enqueue_batch("a", np.arange(T, T + 1000), np.arange(1000, dtype=np.float64))
+        report = s.close()
+        assert report.points == 1000 and report.requests == 3 and report.retries == 2
+        assert _series(server) == [float(i) for i in range(1000)]
+    finally:
+        server.stop()
+
+
+def test_requests_refused_to_the_end_give_the_exact_undelivered_count(tmp_path: Path) -> None:
+    # The first two requests the server sees are refused on every attempt; the others are stored.
+    refused: set[str] = set()
+
+    def plan(_n: int, request: web.Request) -> Any:
+        key = request.headers[md.HTTP_IDEMPOTENCY_KEY]
+        if key in refused or len(refused) < 2:
+            refused.add(key)
+            return ("status", 503, {})
+        return None
+
+    faults = Faults(plan)
+    server = _serve(tmp_path, faults)
+    try:
+        s = NominalStream(
+            server.http_url, dataset_rid=RID, max_attempts=3, max_request_points=300, max_in_flight=1, **FAST
+        )
+        s.enqueue_batch("a", np.arange(T, T + 1000), np.ones(1000), tags={"k": "v"})
+        s.enqueue("b", T, 1.0)
+        with pytest.raises(DeliveryError) as info:
+            s.close()
+        stored = sum(i.count for i in server.store.list_series(RID))
+        err = info.value
+        assert len(refused) == 2 and sum(key in refused for _, key, _ in faults.attempts) == 2 * 3
+        assert 0 < stored < 1001 and err.points == 1001 - stored and err.report.points == stored
+        assert "HTTP 503" in err.reasons[SeriesKey.of("a", {"k": "v"})]
+    finally:
+        server.stop()
+
+
+def test_a_permanent_refusal_is_not_retried_and_quotes_the_server(tmp_path: Path) -> None:
+    faults = Faults(lambda _n, _r: ("status", 422, {}))
+    server = _serve(tmp_path, faults)
+    try:
+        s = NominalStream(server.http_url, dataset_rid=RID, max_attempts=5, **FAST)
+        s.enqueue("a", T, 1.0)
+        with pytest.raises(DeliveryError) as info:
+            s.close()
+        assert len(faults.attempts) == 1 and info.value.points == 1
+        reason = info.value.reasons[SeriesKey.of("a")]
+        assert "HTTP 422" in reason and "injected" in reason
+    finally:
+        server.stop()
+
+
+def _no_columnar(_n: int, request: web.Request) -> Any:
+    return ("status", 404, {}) if request.path.endswith(md.HTTP_WRITE_COLUMNAR_PATH) else None
+
+
+def test_columnar_falls_back_to_row_when_allowed_and_loses_nothing(tmp_path: Path) -> None:
+    faults = Faults(_no_columnar)
+    server = _serve(tmp_path, faults)
+    target = HttpTarget(server.http_url, dataset_rid=RID, format="columnar", fallback_to_row=True)
+    try:
+        with NominalStream(target, dataset_rid=RID, max_request_points=100, **FAST) as s:
+            s.enqueue_batch("a", np.arange(T, T + 1000), np.arange(1000, dtype=np.float64))
+        assert s.close().points == 1000 and target.format == "row"
+        assert _series(server) == [float(i) for i in range(1000)]
+        paths = [p for p, _, _ in faults.attempts]
+        assert paths[0].endswith(md.HTTP_WRITE_COLUMNAR_PATH) and paths.count(paths[0]) <= 3
+        assert sum(p.endswith(f"/nominal/{RID}") for p in paths) == 10
+    finally:
+        target.close()
+        server.stop()
+
+
+def test_columnar_without_fallback_fails_clearly_and_stores_nothing(tmp_path: Path) -> None:
+    faults = Faults(_no_columnar)
+    server = _serve(tmp_path, faults)
+    try:
+        s = NominalStream(server.http_url, dataset_rid=RID, format="columnar", **FAST)
+        s.enqueue_batch("a", np.arange(T, T + 10), np.ones(10))
+        with pytest.raises(DeliveryError) as info:
+            s.close()
+        assert info.value.points == 10
+        reason = info.value.reasons[SeriesKey.of("a")]
+        assert "HTTP 404" in reason and "format='row'" in reason and "Nothing was stored" in reason
+        assert server.store.list_series(RID) == []
+    finally:
+        server.stop()
+
+
+def test_a_grpc_target_answered_unimplemented_names_the_http_url() -> None:
+    server = grpc.server(futures.ThreadPoolExecutor(1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        s = NominalStream(f"grpc://127.0.0.1:{port}", dataset_rid=RID, **FAST)
+        s.enqueue("a", T, 1.0)
+        with pytest.raises(DeliveryError) as info:
+            s.close()
+        reason = info.value.reasons[SeriesKey.of("a")]
+        assert "UNIMPLEMENTED" in reason and "target='http://127.0.0.1/api'" in reason
+    finally:
+        server.stop(0)
