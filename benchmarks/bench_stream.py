@@ -162,22 +162,28 @@ class EncodeOnly:
 
 
 class Server:
-    """``beam-nominal serve`` as a subprocess, so its CPU is not counted as the client's."""
+    """``beam-nominal serve`` as a subprocess, so its CPU is not counted as the client's.
 
-    def __init__(self, data_dir: Path) -> None:
+    ``target`` is its gRPC URL; with ``http=True`` it also serves Nominal's HTTP API at ``http_url``.
+    """
+
+    def __init__(self, data_dir: Path, http: bool = False) -> None:
         exe = Path(sys.executable).parent / "beam-nominal"
         cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "beam_nominal.cli"]
         self.data_dir = data_dir
+        extra = ["--http-port", "0"] if http else []
         self.proc = subprocess.Popen(
-            [*cmd, "serve", "--data-dir", str(data_dir), "--port", "0"], stdout=subprocess.PIPE, text=True
+            [*cmd, "serve", "--data-dir", str(data_dir), "--port", "0", *extra], stdout=subprocess.PIPE, text=True
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         m = re.search(r"listening on (grpc://\S+)", line)
-        if m is None:
+        h = re.search(r"(https?://\S+)", line)
+        if m is None or (http and h is None):
             self.proc.kill()
             raise RuntimeError(f"server did not start: {line!r}")
         self.target = m.group(1)
+        self.http_url = h.group(1) if h is not None else ""
 
     def count(self, rid: str) -> int:
         from beam_nominal.server import LocalStore
