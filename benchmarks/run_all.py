@@ -19,6 +19,7 @@ BENCHES = (
     "bench_avro",
     "bench_server",
     "bench_stream",
+    "bench_http",
     "bench_stream_parts",
     "bench_beam",
     "callgrind_points",
