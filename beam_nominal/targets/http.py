@@ -26,6 +26,7 @@ import os
 import threading
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -151,9 +152,13 @@ class HttpTarget:
             pool_kw["ca_certs"] = os.fspath(ca_file)
         # retries=False: the uploader retries, with backoff and the same idempotency key; urllib3
         # retrying on its own would hide attempts from it and could redirect a POST.
-        self._pool = urllib3.PoolManager(
-            num_pools=2, maxsize=max_connections, block=False, retries=False, **pool_kw
-        )
+        pool_kw.update(num_pools=2, maxsize=max_connections, block=False, retries=False)
+        # Workers behind a proxy set the usual variables (HTTPS_PROXY, NO_PROXY), as for pip.
+        proxy = urllib.request.getproxies().get(parsed.scheme)
+        if proxy and not urllib.request.proxy_bypass(parsed.hostname):
+            self._pool: urllib3.PoolManager = urllib3.ProxyManager(proxy, **pool_kw)
+        else:
+            self._pool = urllib3.PoolManager(**pool_kw)
         self._headers = {
             "Content-Type": metadata.PROTOBUF_CONTENT_TYPE,
             "Content-Encoding": "zstd",

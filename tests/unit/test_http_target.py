@@ -88,3 +88,18 @@ def test_write_to_nominal_checks_http_options_at_construction() -> None:
         WriteToNominal("grpc://h:1", dataset_rid=RID, format="row")
     with pytest.raises(TypeError, match="fallback_to_row"):
         WriteToNominal("https://h/api", dataset_rid=RID, fallback_to_row="yes")  # type: ignore[arg-type]
+
+
+def test_the_proxy_variables_workers_set_are_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    import urllib3
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+    monkeypatch.setenv("NO_PROXY", "internal.example")
+    proxied = HttpTarget("https://api.example/api", dataset_rid=RID)
+    direct = HttpTarget("https://internal.example/api", dataset_rid=RID)
+    try:
+        assert isinstance(proxied._pool, urllib3.ProxyManager)
+        assert not isinstance(direct._pool, urllib3.ProxyManager)
+    finally:
+        proxied.close()
+        direct.close()
