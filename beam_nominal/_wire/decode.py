@@ -278,11 +278,14 @@ def _decode_fixed_14(region: bytes, n: int) -> tuple[Any, I64, I64]:
     return ok, sec, nanos
 
 
-def _decode_fixed_19(region: bytes, n: int) -> tuple[Any, I64, I64]:
-    """Verify and decode ``n`` 19-byte entries (10-byte two's complement seconds)."""
-    rows = np.frombuffer(region, dtype=np.uint8, count=n * 19).reshape(n, 19)
+def _decode_fixed_19(
+    region: Any, n: int, offset: int = 0, stride: int = 19, tag: int = 0x1A
+) -> tuple[Any, I64, I64]:
+    """Verify and decode ``n`` 19-byte entries (10-byte two's complement seconds), the k-th at
+    ``offset + k * stride`` with field key ``tag``."""
+    rows = np.ndarray((n, 19), dtype=np.uint8, buffer=region, offset=offset, strides=(stride, 1))
     ok = (rows[:, 3:12].min(axis=1) >= 0x80) & (rows[:, 14:18].min(axis=1) >= 0x80)
-    ok &= (rows[:, 0] == 0x1A) & (rows[:, 1] == 17) & (rows[:, 2] == 0x08)
+    ok &= (rows[:, 0] == tag) & (rows[:, 1] == 17) & (rows[:, 2] == 0x08)
     ok &= (rows[:, 12] <= 1) & (rows[:, 13] == 0x10) & (rows[:, 18] < 0x80)
     sec = np.zeros(n, dtype=np.uint64)
     for k in range(10):
@@ -752,17 +755,19 @@ def _prefix_key(buf: bytes, s: int, p: int) -> SeriesKey | None:
 _TS_BLOCK = 8192
 
 
-def _fixed_14_ns(region: Any, n: int) -> I64 | None:
-    """Nanoseconds of ``n`` 14-byte entries, block by block; None if any entry is not in the
-    fixed form or not plainly inside int64 nanoseconds (the general path then decides)."""
+def _fixed_14_ns(region: Any, n: int, offset: int = 0, stride: int = 14, tag: int = 0x1A) -> I64 | None:
+    """Nanoseconds of ``n`` 14-byte entries (the k-th at ``offset + k * stride``, field key
+    ``tag``), block by block; None if any entry is not in the fixed form or not plainly inside
+    int64 nanoseconds (the general path then decides)."""
     out = np.empty(n, dtype=np.int64)
-    lo_all = np.ndarray((n,), dtype="<u8", buffer=region, offset=0, strides=(14,))
-    hi_all = np.ndarray((n,), dtype="<u8", buffer=region, offset=6, strides=(14,))
+    lo_all = np.ndarray((n,), dtype="<u8", buffer=region, offset=offset, strides=(stride,))
+    hi_all = np.ndarray((n,), dtype="<u8", buffer=region, offset=offset + 6, strides=(stride,))
+    lo_want = _U((int(_LO_WANT) & ~0xFF) | tag)
     for start in range(0, n, _TS_BLOCK):
         stop = min(start + _TS_BLOCK, n)
         lo = lo_all[start:stop].astype(np.uint64)
         hi = hi_all[start:stop].astype(np.uint64)
-        if not (((lo & _LO_MASK) == _LO_WANT) & ((hi & _HI_MASK) == _HI_WANT)).all():
+        if not (((lo & _LO_MASK) == lo_want) & ((hi & _HI_MASK) == _HI_WANT)).all():
             return None
         sec = _unspread5(lo >> _U(24))
         # Seconds are 5-byte varints (< 2**35): only the upper bound can be crossed.

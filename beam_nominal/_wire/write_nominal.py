@@ -1,0 +1,623 @@
+"""Nominal's row-oriented HTTP write body, ``WriteRequestNominal``, straight from numpy columns and back.
+
+Nominal's clients POST ``io.nominal.scout.api.proto.WriteRequestNominal`` to
+``{base}/storage/writer/v1/nominal/{dataset_rid}``: one ``Series`` (channel, tags, points) per
+series, and unlike the column form of :mod:`encode` every point is its own submessage
+``XPoint { Timestamp timestamp = 1; value = 2; }``.
+
+Encoder: every point has a size known from counts, so a column becomes a (points, stride) byte
+matrix written with whole-column numpy operations. A point is ``0a L`` + the Timestamp in the
+fixed 14-byte form of :mod:`encode` (field key ``0a``; 19 bytes with 10-byte seconds for a series
+with a pre-1970 point) + the value: ``11`` + 8 bytes for a double, ``10`` + a varint padded to the
+widest value of its series for int64/uint64, ``12`` len bytes for text, ``12`` len packed doubles
+for a double array (present even when empty), ``12`` len bytes per string for a string array.
+Deterministic; value-identical to upb's output, not byte-identical.
+
+Decoder: reads any valid encoding. Each ``Series`` is walked in Python (fields in any order,
+unknown fields skipped); its points are read with numpy when they are laid out as our encoder
+writes them (constant stride: verified and read through strided views) or, for doubles, as
+prost and upb write them (minimal varints, zero fields omitted: point starts are found and the
+chain of lengths verified exactly, see :func:`_canonical_doubles`). Anything else is parsed by
+upb for that one ``Series`` (:mod:`reference_row`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from beam_nominal._wire import reference_row
+from beam_nominal._wire._proto.nominal.write import nominal_write_pb2 as nw
+from beam_nominal._wire._varint import I64, U8, U64, varint_bytes, varint_lengths
+from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
+from beam_nominal._wire.decode import (
+    _combine,
+    _decode_fixed_19,
+    _Fallback,
+    _fixed_14_ns,
+    _length,
+    _map_entry,
+    _single_member,
+    _skip,
+    _tag,
+    _text,
+)
+from beam_nominal._wire.encode import (
+    TIMESTAMP_BYTES,
+    TIMESTAMP_BYTES_NEGATIVE,
+    _check_strings,
+    _checked_double_rows,
+    _checked_key_bytes,
+    _checked_len,
+    _checked_numeric,
+    _checked_string_rows,
+    _checked_timestamps,
+    _checked_type,
+    _encode_tags,
+    _encode_timestamps,
+    _headers,
+    _interleave,
+    _len_field,
+    _segment_sums,
+    _string_entries,
+    _string_field,
+    _utf8,
+    put_timestamps_5,
+    put_timestamps_10,
+    timestamp_width,
+)
+from beam_nominal.model import SeriesKey, ValueType
+
+__all__ = [
+    "decode_write_nominal",
+    "encode_write_nominal",
+    "encoded_size_write_nominal",
+    "estimate_write_nominal_bytes",
+    "request_overhead_write_nominal",
+]
+
+_T1 = b"\x0a"
+_T2 = b"\x12"
+_T3 = b"\x1a"
+
+# Points oneof member (field number) of each value type; arrays are ArrayPoints (4) holding
+# double_array_points (1) or string_array_points (2).
+_MEMBER = {
+    ValueType.DOUBLE: 1,
+    ValueType.STRING: 2,
+    ValueType.INT64: 3,
+    ValueType.DOUBLE_ARRAY: 4,
+    ValueType.STRING_ARRAY: 4,
+    ValueType.STRUCT: 5,
+    ValueType.UINT64: 6,
+}
+_ARRAY_MEMBER = {ValueType.DOUBLE_ARRAY: 1, ValueType.STRING_ARRAY: 2}
+_INTEGER = (ValueType.INT64, ValueType.UINT64)
+_STRINGISH = (ValueType.STRING, ValueType.STRUCT)
+# Point bytes besides the timestamp: the point's tag and length, and a double's tag and 8 bytes.
+_DOUBLE_EXTRA = 2 + 9
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoder: points
+# ---------------------------------------------------------------------------------------------
+
+
+def _point_matrix(ns: I64, tsw: int, value_bytes: int) -> tuple[U8, Any]:
+    """A (points, stride) matrix with each row's ``0a L`` and timestamp written, and the view of
+    its value bytes (the ``value_bytes`` >= 2 after the timestamp) for the caller to fill."""
+    n = ns.shape[0]
+    head = b"\x0a" + varint_bytes(tsw + value_bytes)
+    h = len(head)
+    stride = h + tsw + value_bytes
+    buf = np.empty(n * stride, dtype=np.uint8)
+    mat = buf.reshape(n, stride)
+    if n == 0:
+        return buf, mat[:, h + tsw :]
+    if h == 2:
+        np.ndarray((n,), dtype="<u2", buffer=buf, strides=(stride,))[:] = 0x0A | (tsw + value_bytes) << 8
+    else:
+        mat[:, :h] = np.frombuffer(head, dtype=np.uint8)
+    if tsw == TIMESTAMP_BYTES:
+        # Spills two bytes into the value, which the caller writes afterwards.
+        put_timestamps_5(ns, buf, h, stride, 0x0A)
+    else:
+        put_timestamps_10(ns, mat[:, h : h + tsw], 0x0A)
+    return buf, mat[:, h + tsw :]
+
+
+def _double_points(ns: I64, tsw: int, values: npt.NDArray[Any]) -> U8:
+    buf, tail = _point_matrix(ns, tsw, 9)
+    tail[:, 0] = 0x11
+    stride = tsw + _DOUBLE_EXTRA
+    if ns.shape[0]:
+        np.ndarray((ns.shape[0],), dtype="<f8", buffer=buf, offset=stride - 8, strides=(stride,))[:] = values
+    return buf
+
+
+def _integer_points(ns: I64, tsw: int, values: U64, width: int) -> U8:
+    """Points whose varint values are all padded to ``width`` bytes (the widest of the series)."""
+    buf, tail = _point_matrix(ns, tsw, 1 + width)
+    tail[:, 0] = 0x10
+    for k in range(width):
+        group = (values >> np.uint64(7 * k)) & np.uint64(0x7F)
+        if k < width - 1:
+            group |= np.uint64(0x80)
+        tail[:, 1 + k] = group
+    return buf
+
+
+def _ragged_points(ns: I64, tsw: int, body: U8, sizes: I64) -> tuple[U8, I64]:
+    """Points of ``0a L`` + timestamp + each point's ``sizes[k]`` bytes of ``body``, and each
+    point's size."""
+    n = ns.shape[0]
+    lengths = tsw + sizes
+    hdr, hlens = _headers(0x0A, lengths)
+    head = _interleave(hdr, hlens, _encode_timestamps(ns, 0x0A), np.full(n, tsw, dtype=np.int64))
+    return _interleave(head, hlens + tsw, body, sizes), hlens + lengths
+
+
+def _double_array_points(i: int, batch: SeriesBatch, ns: I64, tsw: int) -> U8:
+    n = ns.shape[0]
+    flat, counts, width = _checked_double_rows(i, batch, n)
+    if counts is None:
+        # Rows of one width share one layout: one matrix, no per-row work.
+        inner = b"\x12" + varint_bytes(8 * width)
+        h = len(inner)
+        buf, tail = _point_matrix(ns, tsw, h + 8 * width)
+        tail[:, :h] = np.frombuffer(inner, dtype=np.uint8)
+        tail[:, h:] = flat.view(np.uint8).reshape(n, 8 * width)
+        return buf
+    nbytes = counts * 8
+    inner_hdr, inner_hlens = _headers(0x12, nbytes)
+    body = _interleave(inner_hdr, inner_hlens, flat.view(np.uint8), nbytes)
+    return _ragged_points(ns, tsw, body, inner_hlens + nbytes)[0]
+
+
+def _string_array_points(i: int, batch: SeriesBatch, ns: I64, tsw: int) -> U8:
+    n = ns.shape[0]
+    rows = _checked_string_rows(i, batch, n)
+    flat = list(itertools.chain.from_iterable(rows))
+    try:
+        body, sizes = _string_entries(flat, 0x12)
+    except (TypeError, UnicodeEncodeError):
+        for j, r in enumerate(rows):
+            _check_strings(i, batch, r, f"values[{j}]")
+        raise
+    row_counts = np.fromiter(map(len, rows), dtype=np.int64, count=n)
+    return _ragged_points(ns, tsw, body, _segment_sums(sizes, row_counts))[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoder: series and requests
+# ---------------------------------------------------------------------------------------------
+
+
+def _encode_series_key(key: SeriesKey) -> bytes:
+    """``Series`` channel (field 1, a ``Channel { name = 1 }`` message) and tags (field 2)."""
+    name = _string_field(_T1, key.channel)
+    return _len_field(_T1, len(name)) + name + _encode_tags(key)
+
+
+_SERIES_KEY_CACHE: dict[SeriesKey, bytes] = {}
+
+
+def _points_framing(vt: ValueType, payload_len: int) -> bytes:
+    """``Points`` field 3, its member and (arrays) the inner member, up to the points bytes."""
+    member = bytes([_MEMBER[vt] << 3 | 2])
+    if vt.is_array:
+        inner = bytes([_ARRAY_MEMBER[vt] << 3 | 2]) + varint_bytes(payload_len)
+        arrays_len = len(inner) + payload_len
+        body = member + varint_bytes(arrays_len) + inner
+        return _T3 + varint_bytes(len(body) + payload_len) + body
+    body = member + varint_bytes(payload_len)
+    return _T3 + varint_bytes(len(body) + payload_len) + body
+
+
+def encode_write_nominal(batches: Sequence[SeriesBatch], session_name: str | None = None) -> bytes:
+    """Serialise a ``WriteRequestNominal`` carrying ``batches``, one ``Series`` each, in order.
+
+    Args:
+        batches: one :class:`SeriesBatch` per series.
+        session_name: ``session_name`` (field 2), written only when not None.
+
+    Returns:
+        The body's wire bytes; deterministic for equal input.
+
+    Raises:
+        ValueError, TypeError: as :func:`encode.encode_request` raises them, for the same bad
+            batches, naming the batch index and its series.
+    """
+    batches = list(batches)
+    nb = len(batches)
+    vts: list[ValueType] = [ValueType.DOUBLE] * nb
+    stamps: list[I64] = [np.empty(0, dtype=np.int64)] * nb
+    widths = [TIMESTAMP_BYTES] * nb
+    payloads: list[Any] = [None] * nb
+    # Columns of one kind and timestamp width are encoded together, then sliced per series:
+    # (kind, timestamp width) -> batch indexes.
+    groups: dict[tuple[str, int], list[int]] = {}
+    doubles: dict[int, Any] = {}
+    last_ts: Any = None
+    ts: Any = None
+    tsw = TIMESTAMP_BYTES
+    for i, b in enumerate(batches):
+        vt = b.value_type
+        if type(vt) is not ValueType:
+            vt = _checked_type(i, b)
+        vts[i] = vt
+        if b.timestamps is not last_ts:
+            last_ts = b.timestamps
+            ts = _checked_timestamps(i, b)
+            tsw = timestamp_width(ts)
+        stamps[i] = ts
+        widths[i] = tsw
+        n = ts.shape[0]
+        if vt is ValueType.DOUBLE:
+            doubles[i] = _checked_numeric(i, b, n)
+            groups.setdefault(("double", tsw), []).append(i)
+        elif vt in _INTEGER:
+            groups.setdefault(("integer", tsw), []).append(i)
+        elif vt in _STRINGISH:
+            groups.setdefault(("string", tsw), []).append(i)
+        elif vt is ValueType.DOUBLE_ARRAY:
+            payloads[i] = _double_array_points(i, b, ts, tsw)
+        else:
+            payloads[i] = _string_array_points(i, b, ts, tsw)
+
+    for (kind, tsw), idx in groups.items():
+        if kind == "double":
+            ns = _joined([stamps[i] for i in idx])
+            out = _double_points(ns, tsw, _joined([doubles[i] for i in idx]))
+            stride = tsw + _DOUBLE_EXTRA
+            _slice_points(payloads, idx, out, [stride * stamps[i].shape[0] for i in idx])
+    for (kind, tsw), idx in groups.items():
+        if kind == "integer":
+            _encode_integers(batches, stamps, payloads, idx, tsw)
+    for (kind, tsw), idx in groups.items():
+        if kind == "string":
+            _encode_strings(batches, stamps, payloads, idx, tsw)
+
+    parts: list[Any] = []
+    for i, b in enumerate(batches):
+        head = _checked_key_bytes(i, b, _SERIES_KEY_CACHE, _encode_series_key)
+        payload = payloads[i]
+        plen = payload.nbytes if not isinstance(payload, bytes) else len(payload)
+        framing = _points_framing(vts[i], plen)
+        body_len = len(head) + len(framing) + plen
+        parts += (_T1 + varint_bytes(body_len), head, framing, payload)
+    if session_name is not None:
+        parts.append(_string_field(_T2, session_name))
+    return b"".join(parts)
+
+
+def _joined(columns: list[Any]) -> Any:
+    return columns[0] if len(columns) == 1 else np.concatenate(columns)
+
+
+def _slice_points(payloads: list[Any], idx: list[int], out: U8, sizes: list[int]) -> None:
+    mv = out.data
+    off = 0
+    for i, size in zip(idx, sizes, strict=True):
+        payloads[i] = mv[off : off + size]
+        off += size
+
+
+def _encode_integers(batches: list[SeriesBatch], stamps: list[I64], payloads: list[Any], idx: list[int],
+                     tsw: int) -> None:
+    """Integer columns of one timestamp width: varints padded per series, grouped by that width."""
+    cols = [_checked_numeric(i, batches[i], stamps[i].shape[0]) for i in idx]
+    by_width: dict[int, list[int]] = {}
+    for i, col in zip(idx, cols, strict=True):
+        width = int(varint_lengths(col).max()) if col.shape[0] else 1
+        by_width.setdefault(width, []).append(i)
+    values = dict(zip(idx, cols, strict=True))
+    for width, members in by_width.items():
+        out = _integer_points(_joined([stamps[i] for i in members]), tsw, _joined([values[i] for i in members]), width)
+        stride = 2 + tsw + 1 + width
+        _slice_points(payloads, members, out, [stride * stamps[i].shape[0] for i in members])
+
+
+def _encode_strings(batches: list[SeriesBatch], stamps: list[I64], payloads: list[Any], idx: list[int],
+                    tsw: int) -> None:
+    for i in idx:
+        _checked_len(i, batches[i], stamps[i].shape[0])
+    flat = list(itertools.chain.from_iterable(batches[i].values for i in idx))
+    try:
+        body, sizes = _string_entries(flat, 0x12)
+    except (TypeError, UnicodeEncodeError):
+        for i in idx:
+            _check_strings(i, batches[i], batches[i].values, "values")
+        raise
+    out, point_sizes = _ragged_points(_joined([stamps[i] for i in idx]), tsw, body, sizes)
+    counts = np.array([stamps[i].shape[0] for i in idx], dtype=np.int64)
+    _slice_points(payloads, idx, out, _segment_sums(point_sizes, counts).tolist())
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes, for clients that budget requests
+# ---------------------------------------------------------------------------------------------
+
+
+def request_overhead_write_nominal(session_name: str | None = None) -> int:
+    """Bytes of a body that are in no ``Series``: the session name field.
+
+    ``len(encode_write_nominal(bs, name)) == request_overhead_write_nominal(name) +
+    sum(encoded_size_write_nominal(b) for b in bs)``.
+    """
+    return 0 if session_name is None else len(_string_field(_T2, session_name))
+
+
+def encoded_size_write_nominal(batch: SeriesBatch) -> int:
+    """Exact bytes ``batch`` adds to a body (its ``Series`` with tag and length).
+
+    Cost: constant for doubles (plus one ``min`` over the timestamps); one vector pass over the
+    values for int64/uint64; an encode of the text for strings and structs; arrays are encoded
+    (use :func:`estimate_write_nominal_bytes` where that is too much).
+    """
+    vt = _checked_type(0, batch)
+    ts = _checked_timestamps(0, batch)
+    n = ts.shape[0]
+    tsw = timestamp_width(ts)
+    payload: int
+    if vt is ValueType.DOUBLE:
+        payload = n * (tsw + _DOUBLE_EXTRA)
+    elif vt in _INTEGER:
+        vals = _checked_numeric(0, batch, n)
+        payload = n * (2 + tsw + 1 + (int(varint_lengths(vals).max()) if n else 1))
+    elif vt in _STRINGISH:
+        _checked_len(0, batch, n)
+        blens = _utf8(list(batch.values))[1]
+        lengths = tsw + 1 + varint_lengths(blens.view(np.uint64)) + blens
+        payload = int((1 + varint_lengths(lengths.view(np.uint64)) + lengths).sum())
+    elif vt is ValueType.DOUBLE_ARRAY:
+        payload = _double_array_points(0, batch, ts, tsw).shape[0]
+    else:
+        payload = _string_array_points(0, batch, ts, tsw).shape[0]
+    body = len(_checked_key_bytes(0, batch, _SERIES_KEY_CACHE, _encode_series_key))
+    body += len(_points_framing(vt, payload)) + payload
+    return 1 + len(varint_bytes(body)) + body
+
+
+def estimate_write_nominal_bytes(
+    value_type: ValueType,
+    n_points: int,
+    *,
+    payload_bytes: int | None = None,
+    n_elements: int = 0,
+    key_bytes: int = 64,
+    negative_timestamps: bool = False,
+) -> int:
+    """A cheap upper bound of :func:`encoded_size_write_nominal`, from counts only.
+
+    Args: as :func:`encode.estimate_batch_bytes` (``payload_bytes``: UTF-8 bytes of all strings,
+    or ``8 *`` elements of all double-array rows; ``n_elements``: strings in all string-array
+    rows; ``key_bytes``: channel and tags as encoded, about their UTF-8 length + 4 per tag).
+
+    Raises:
+        ValueError: ``payload_bytes`` missing for a type that needs it.
+    """
+    vt = ValueType(value_type)
+    per_point = TIMESTAMP_BYTES_NEGATIVE if negative_timestamps else TIMESTAMP_BYTES
+    payload = 0
+    if vt is ValueType.DOUBLE:
+        per_point += _DOUBLE_EXTRA
+    elif vt in _INTEGER:
+        per_point += 2 + 11
+    else:
+        if payload_bytes is None:
+            raise ValueError(f"estimate_write_nominal_bytes: payload_bytes is required for {vt.value}")
+        # A point's tag and length (at most 1 + 5 bytes), its value field's (the same; one per
+        # string for string arrays).
+        per_point += 6 + (0 if vt is ValueType.STRING_ARRAY else 6)
+        payload = payload_bytes + (6 * n_elements if vt is ValueType.STRING_ARRAY else 0)
+    # Series tag/len, the Channel wrapper, Points, member and array member headers.
+    return 40 + key_bytes + n_points * per_point + payload
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoder
+# ---------------------------------------------------------------------------------------------
+
+
+def decode_write_nominal(data: bytes | bytearray | memoryview, dataset_rid: str) -> DecodedRequest:
+    """Parse ``WriteRequestNominal`` bytes into one :class:`SeriesBatch` per ``Series``, in order.
+
+    Args:
+        data: the body's wire bytes (uncompressed), in any valid protobuf encoding.
+        dataset_rid: the dataset, from the URL path (the body does not carry it).
+
+    Returns:
+        ``DecodedRequest(dataset_rid, session_name or None, batches)``. Numeric columns are
+        writable arrays owned by the result.
+
+    Raises:
+        MalformedBatchError: a ``Series`` without a channel or points type, or with a timestamp
+            outside int64 nanoseconds; names the first such series' index and channel.
+        google.protobuf.message.DecodeError: bytes that are not a valid message (truncated,
+            garbage, invalid UTF-8). Broken bytes anywhere take precedence over a bad series.
+    """
+    buf = data if isinstance(data, bytes) else bytes(data)
+    end = len(buf)
+    session: str | None = None
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    while pos < end:
+        field, wt, pos = _tag(buf, pos, end, "request")
+        if wt != 2 or field > 2:
+            pos = _skip(buf, pos, end, field, wt, "request")
+            continue
+        s, pos = _length(buf, pos, end, "request")
+        if field == 1:
+            spans.append((s, pos))
+        else:
+            session = _text(buf, s, pos, "session_name")
+    out: list[SeriesBatch] = []
+    malformed: list[int] = []
+    first: MalformedBatchError | None = None
+    for i, (s, e) in enumerate(spans):
+        try:
+            try:
+                out.append(_series(buf, s, e, i))
+            except _Fallback:
+                out.append(_slow_series(buf, s, e, i))
+        except MalformedBatchError as exc:
+            malformed.append(i)
+            if first is None:
+                first = exc
+    if first is not None:
+        # Broken bytes win over a bad series, as with upb: a bad series' bytes may not all have
+        # been read, so upb reads them.
+        for i in malformed:
+            nw.Series.FromString(buf[spans[i][0] : spans[i][1]])
+        raise first
+    return DecodedRequest(dataset_rid, session, out)
+
+
+def _slow_series(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
+    """One ``Series`` through upb and the reference converter."""
+    return reference_row.series_batch(index, nw.Series.FromString(buf[start:stop]))
+
+
+_VALUE_TYPES = {
+    1: ValueType.DOUBLE,
+    2: ValueType.STRING,
+    3: ValueType.INT64,
+    5: ValueType.STRUCT,
+    6: ValueType.UINT64,
+}
+
+
+def _series(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
+    """One ``Series``, its points read with numpy.
+
+    Raises:
+        _Fallback: a layout only upb reads (repeated message fields, which protobuf merges;
+            points in a form no vector path here recognises).
+    """
+    where = f"series[{index}]"
+    channel: str | None = None
+    tags: dict[str, str] = {}
+    points: tuple[int, int] | None = None
+    pos = start
+    while pos < stop:
+        field, wt, pos = _tag(buf, pos, stop, where)
+        if wt != 2 or field > 3:
+            pos = _skip(buf, pos, stop, field, wt, where)
+            continue
+        s, pos = _length(buf, pos, stop, where)
+        if field == 1:
+            if channel is not None:
+                raise _Fallback
+            channel = _channel_name(buf, s, pos, where)
+        elif field == 2:
+            entry = _map_entry(buf, s, pos, f"{where}.tags")
+            if entry is not None:
+                tags[entry[0]] = entry[1]
+        else:
+            if points is not None:
+                raise _Fallback
+            points = (s, pos)
+    member = _single_member(buf, [points], f"{where}.points") if points is not None else None
+    if channel is None:
+        raise MalformedBatchError(index, "", "channel not set")
+    if member is None:
+        raise MalformedBatchError(index, channel, "points type not set")
+    field, s, e = member
+    key = SeriesKey(channel, tuple(sorted(tags.items())) if tags else ())
+    if field == 4:
+        kind = _single_member(buf, [(s, e)], f"{where}.points")
+        if kind is None or kind[0] > 2:
+            raise MalformedBatchError(index, channel, "array points type not set")
+        raise _Fallback
+    vt = _VALUE_TYPES[field]
+    if vt is ValueType.DOUBLE:
+        ns, values = _doubles(buf, s, e, index, channel)
+    elif vt in _INTEGER:
+        ns, values = _fixed_integers(buf, s, e, vt, index, channel)
+    else:
+        raise _Fallback
+    return SeriesBatch(key, vt, ns, values)
+
+
+def _channel_name(buf: bytes, start: int, stop: int, where: str) -> str:
+    name = ""
+    pos = start
+    while pos < stop:
+        field, wt, pos = _tag(buf, pos, stop, where)
+        if field == 1 and wt == 2:
+            s, pos = _length(buf, pos, stop, where)
+            name = _text(buf, s, pos, f"{where}.channel")
+        else:
+            pos = _skip(buf, pos, stop, field, wt, where)
+    return name
+
+
+def _doubles(buf: bytes, start: int, stop: int, index: int, channel: str) -> tuple[I64, npt.NDArray[np.float64]]:
+    """(timestamps, values) of the points of ``DoublePoints`` bytes."""
+    fixed = _fixed_layout(buf, start, stop, 0x11, 8, index, channel)
+    if fixed is None:
+        raise _Fallback
+    n, stride, ns = fixed
+    values = np.ndarray((n,), dtype="<f8", buffer=buf, offset=start + stride - 8, strides=(stride,))
+    return ns, values.astype(np.float64)
+
+
+def _fixed_integers(
+    buf: bytes, start: int, stop: int, vt: ValueType, index: int, channel: str
+) -> tuple[I64, npt.NDArray[Any]]:
+    """(timestamps, values) of integer points whose varints are padded to one width."""
+    if stop - start < 4:
+        raise _Fallback
+    width = buf[start + 1] - 1 - (buf[start + 3] + 2)
+    if not 1 <= width <= 10:
+        raise _Fallback
+    fixed = _fixed_layout(buf, start, stop, 0x10, width, index, channel)
+    if fixed is None:
+        raise _Fallback
+    n, stride, ns = fixed
+    rows = np.ndarray((n, width), dtype=np.uint8, buffer=buf, offset=start + stride - width, strides=(stride, 1))
+    if n and not ((rows[:, :-1] >= 0x80).all() and (rows[:, -1] < (0x02 if width == 10 else 0x80)).all()):
+        raise _Fallback
+    values = np.zeros(n, dtype=np.uint64)
+    for k in range(width):
+        values |= (rows[:, k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+    return ns, values.view(np.int64) if vt is ValueType.INT64 else values
+
+
+def _fixed_layout(
+    buf: bytes, start: int, stop: int, value_key: int, value_bytes: int, index: int, channel: str
+) -> tuple[int, int, I64] | None:
+    """Points as our encoder writes them: every row ``0a L`` + fixed-width Timestamp (field key
+    ``0a``) + ``value_key`` + ``value_bytes``, with one stride; (points, stride, timestamps),
+    or None for any other layout. The value bytes are the caller's to check.
+
+    Raises:
+        MalformedBatchError: a timestamp outside int64 nanoseconds.
+    """
+    total = stop - start
+    if total == 0:
+        return 0, 0, np.empty(0, dtype=np.int64)
+    if total < 4 or buf[start] != 0x0A or buf[start + 2] != 0x0A:
+        return None
+    tsw = buf[start + 3] + 2
+    stride = 2 + tsw + 1 + value_bytes
+    if tsw not in (TIMESTAMP_BYTES, TIMESTAMP_BYTES_NEGATIVE) or buf[start + 1] != stride - 2 or total % stride:
+        return None
+    n = total // stride
+    head = np.ndarray((n,), dtype="<u2", buffer=buf, offset=start, strides=(stride,))
+    key = np.ndarray((n,), dtype=np.uint8, buffer=buf, offset=start + 2 + tsw, strides=(stride,))
+    if not ((head == (0x0A | (stride - 2) << 8)).all() and (key == value_key).all()):
+        return None
+    if tsw == TIMESTAMP_BYTES:
+        # None also near the int64 limits: upb then names the bad timestamp.
+        ns = _fixed_14_ns(buf, n, start + 2, stride, 0x0A)
+        return None if ns is None else (n, stride, ns)
+    ok, sec, nanos = _decode_fixed_19(buf, n, start + 2, stride, 0x0A)
+    if not ok.all():
+        return None
+    return n, stride, _combine(sec, nanos, index, channel)

@@ -1,0 +1,494 @@
+"""The row-oriented ``WriteRequestNominal`` codec against the generated protobuf classes (upb).
+
+Expectations come from the input itself, from upb's parse of the bytes (``reference_row``), or
+from what nominal-streaming (Nominal's Rust client, prost) was given; never from the codec under
+test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import math
+import struct
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import zstandard
+from google.protobuf.message import DecodeError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_wire_codec import EDGE_BATCHES, EXAMPLES, PROPS, _ld, _ts, _varint, assert_batch_equal, series_batch
+
+from beam_nominal._wire import reference_row
+from beam_nominal._wire import write_nominal as wn
+from beam_nominal._wire._proto.nominal.write import nominal_write_pb2 as nw
+from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
+from beam_nominal._wire.encode import encode_request
+from beam_nominal._wire.write_nominal import (
+    decode_write_nominal,
+    encode_write_nominal,
+    encoded_size_write_nominal,
+    estimate_write_nominal_bytes,
+    request_overhead_write_nominal,
+)
+from beam_nominal.model import SeriesKey, ValueType
+
+V = ValueType
+RID = "ri.catalog.main.dataset.row-1"
+
+
+def assert_body_equal(want: list[SeriesBatch], got: DecodedRequest, session: str | None) -> None:
+    assert got.dataset_rid == RID
+    assert got.source_name == session
+    assert len(got.batches) == len(want)
+    for i, (w, g) in enumerate(zip(want, got.batches, strict=True)):
+        assert_batch_equal(w, g, f"series[{i}]")
+
+
+@st.composite
+def body(draw: Any) -> tuple[list[SeriesBatch], str | None]:
+    nonneg = draw(st.booleans())  # a body without pre-1970 points has only 14-byte timestamps
+    return draw(st.lists(series_batch(nonneg=nonneg), max_size=6)), draw(st.none() | st.text(max_size=8))
+
+
+@pytest.fixture
+def no_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any) -> None:
+        raise AssertionError("fell back to upb")
+
+    monkeypatch.setattr(wn, "_slow_series", refuse)
+
+
+# ---------------------------------------------------------------------------------------------
+# Round trips, both directions, against upb
+# ---------------------------------------------------------------------------------------------
+
+
+@PROPS
+@given(body())
+def test_fast_encoding_parses_with_generated_classes(req: tuple[list[SeriesBatch], str | None]) -> None:
+    batches, session = req
+    assert_body_equal(batches, reference_row.decode(encode_write_nominal(batches, session), RID), session)
+
+
+@PROPS
+@given(body())
+def test_fast_encoding_round_trips_through_fast_decoder(req: tuple[list[SeriesBatch], str | None]) -> None:
+    batches, session = req
+    assert_body_equal(batches, decode_write_nominal(encode_write_nominal(batches, session), RID), session)
+
+
+@PROPS
+@given(body())
+def test_generated_class_bytes_decode_with_fast_decoder(req: tuple[list[SeriesBatch], str | None]) -> None:
+    batches, session = req
+    assert_body_equal(batches, decode_write_nominal(reference_row.encode(batches, session), RID), session)
+
+
+@PROPS
+@given(body())
+def test_encoding_is_deterministic_and_sizes_add_up(req: tuple[list[SeriesBatch], str | None]) -> None:
+    batches, session = req
+    data = encode_write_nominal(batches, session)
+    copies = [SeriesBatch(b.key, b.value_type, b.timestamps.copy(), _copy(b.values)) for b in batches]
+    assert encode_write_nominal(copies, session) == data
+    assert len(data) == request_overhead_write_nominal(session) + sum(encoded_size_write_nominal(b) for b in batches)
+
+
+def _copy(values: Any) -> Any:
+    if isinstance(values, np.ndarray):
+        return values.copy()
+    return [v.copy() if isinstance(v, np.ndarray) else list(v) if isinstance(v, list) else v for v in values]
+
+
+@PROPS
+@given(series_batch())
+def test_estimate_is_an_upper_bound(batch: SeriesBatch) -> None:
+    vt = batch.value_type
+    payload: int | None = None
+    elements = 0
+    if vt in (V.STRING, V.STRUCT):
+        payload = sum(len(s.encode()) for s in batch.values)
+    elif vt is V.STRING_ARRAY:
+        payload = sum(len(s.encode()) for r in batch.values for s in r)
+        elements = sum(len(r) for r in batch.values)
+    elif vt is V.DOUBLE_ARRAY:
+        payload = 8 * sum(len(r) for r in batch.values)
+    key_bytes = sum(len(x.encode()) + 8 for kv in batch.key.tags for x in kv) + len(batch.key.channel.encode()) + 4
+    estimate = estimate_write_nominal_bytes(
+        vt, len(batch), payload_bytes=payload, n_elements=elements, key_bytes=key_bytes,
+        negative_timestamps=bool(len(batch) and batch.timestamps.min() < 0),
+    )
+    assert estimate >= encoded_size_write_nominal(batch)
+
+
+@pytest.mark.parametrize("decoder", [reference_row.decode, decode_write_nominal], ids=["upb", "fast"])
+def test_edge_values_round_trip(decoder: Any) -> None:
+    extremes = [
+        SeriesBatch(SeriesKey.of("t"), V.DOUBLE, _ts(-(2**63), -1, 0, 2**63 - 1), np.array([0.0, -0.0, 1.0, 2.0])),
+        SeriesBatch(SeriesKey.of("late"), V.INT64, _ts(2**63 - 1, 0), np.array([2**63 - 1, -(2**63)])),
+        SeriesBatch(SeriesKey.of("uw", {"k": ""}), V.UINT64, _ts(1, 2), np.array([0, 2**64 - 1], dtype=np.uint64)),
+        SeriesBatch(SeriesKey.of("wide"), V.DOUBLE_ARRAY, _ts(-3, 4), np.arange(40.0).reshape(2, 20)),
+        SeriesBatch(SeriesKey.of("e"), V.STRING_ARRAY, _ts(), []),
+    ]
+    batches = [*EDGE_BATCHES, *extremes]
+    assert_body_equal(batches, decoder(encode_write_nominal(batches, "édge"), RID), "édge")
+
+
+@pytest.mark.parametrize("session", [None, "", "s"])
+def test_empty_body(session: str | None) -> None:
+    data = encode_write_nominal([], session)
+    assert data == reference_row.encode([], session)
+    assert_body_equal([], decode_write_nominal(data, RID), session)
+
+
+def test_many_series_of_every_type_take_the_vector_paths_where_numeric() -> None:
+    rng = np.random.default_rng(5)
+    batches = []
+    for j in range(300):
+        vt = list(ValueType)[j % len(ValueType)]
+        n = int(rng.integers(0, 40))
+        ts = np.sort(rng.integers(-(2**40), 2**62, n)) if j % 5 else np.sort(rng.integers(0, 2**62, n))
+        values: Any
+        if vt is V.DOUBLE:
+            values = rng.standard_normal(n)
+        elif vt is V.INT64:
+            values = rng.integers(-(2 ** (j % 63)), 2 ** (j % 63), n, dtype=np.int64)
+        elif vt is V.UINT64:
+            values = rng.integers(0, 2**64 - 1, n, dtype=np.uint64) >> np.uint64(j % 64)
+        elif vt in (V.STRING, V.STRUCT):
+            values = [f"v{k}" * (k % 70) for k in range(n)]
+        elif vt is V.DOUBLE_ARRAY:
+            values = [rng.standard_normal(k % 4) for k in range(n)]
+        else:
+            values = [["a", "bé"][: k % 3] for k in range(n)]
+        batches.append(SeriesBatch(SeriesKey.of(f"ch{j}", {"rig": str(j % 3)}), vt, ts, values))
+    data = encode_write_nominal(batches, "many")
+    assert_body_equal(batches, reference_row.decode(data, RID), "many")
+    assert_body_equal(batches, decode_write_nominal(data, RID), "many")
+
+
+def test_our_numeric_layout_decodes_without_upb(no_fallback: None) -> None:
+    rng = np.random.default_rng(1)
+    n = 5000
+    ts = np.sort(rng.integers(0, 2**62, n))
+    batches = [
+        SeriesBatch(SeriesKey.of("d", {"a": "b"}), V.DOUBLE, ts, rng.standard_normal(n)),
+        SeriesBatch(SeriesKey.of("dn"), V.DOUBLE, ts - 2**62, rng.standard_normal(n)),
+        SeriesBatch(SeriesKey.of("i"), V.INT64, ts, rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64)),
+        SeriesBatch(SeriesKey.of("c"), V.INT64, ts, np.arange(n)),
+        SeriesBatch(SeriesKey.of("u"), V.UINT64, ts - 2**62, rng.integers(0, 2**64 - 1, n, dtype=np.uint64)),
+    ]
+    out = decode_write_nominal(encode_write_nominal(batches), RID)
+    assert_body_equal(batches, out, None)
+    assert all(b.values.flags.writeable and b.timestamps.flags.writeable for b in out.batches)
+
+
+# ---------------------------------------------------------------------------------------------
+# What Nominal's own client sends (nominal-streaming, prost encoding), captured on loopback
+# ---------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _listener() -> Iterator[tuple[int, list[tuple[str, bytes]]]]:
+    """A loopback HTTP server that records every POST (path, decompressed body) and replies 200."""
+    received: list[tuple[str, bytes]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers["Content-Length"]))
+            if self.headers.get("Content-Encoding") == "zstd":
+                raw = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
+            received.append((self.path, raw))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], received
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def _capture(write: Any) -> list[tuple[str, bytes]]:
+    from nominal_streaming import NominalDatasetStream, PyNominalStreamOpts
+
+    with _listener() as (port, received):
+        opts = PyNominalStreamOpts(base_api_url=f"http://127.0.0.1:{port}/api", max_request_delay_secs=0.05)
+        stream = NominalDatasetStream("token", opts=opts).with_core_consumer(RID)
+        stream.open()
+        write(stream)
+        stream.close()  # drains: every request has been answered when it returns
+    assert received
+    return received
+
+
+T = 1_700_000_000_123_456_789
+
+
+def test_nominal_streaming_body_decodes_like_upb() -> None:
+    n = 3000
+    ts = T + np.arange(n, dtype=np.int64) * 1_000_003
+    values = np.sin(np.arange(n, dtype=np.float64))
+    values[::10] = 0.0  # prost omits a zero value
+    ts[::7] = ts[::7] // 10**9 * 10**9  # and zero nanos
+
+    def write(stream: Any) -> None:
+        stream.enqueue_batch("wave", ts, values, tags={"rig": "a"})
+        stream.enqueue("d", 0, 0.0)  # the epoch with 0.0: an empty point
+        stream.enqueue("d", 1_000_000_000, -0.0)  # prost omits it too (-0.0 == 0.0): it arrives as 0.0
+        stream.enqueue("d", 5, 7)  # ints become doubles
+        stream.enqueue("s", 6, "héllo")
+        stream.enqueue("s", 7, "")
+        stream.enqueue_float_array("fa", 8, [1.0, math.nan])
+        stream.enqueue_float_array("fa", 9, [])
+        stream.enqueue_string_array("sa", 10, ["x", ""])
+        stream.enqueue_struct("st", 11, {"a": 1})
+
+    received = _capture(write)
+    assert {path for path, _ in received} == {f"/api/storage/writer/v1/nominal/{RID}"}
+    got: dict[SeriesKey, list[SeriesBatch]] = {}
+    for _, data in received:
+        want = reference_row.decode(data, RID)
+        fast = decode_write_nominal(data, RID)
+        assert_body_equal(want.batches, fast, want.source_name)
+        for b in fast.batches:
+            got.setdefault(b.key, []).append(b)
+
+    def column(channel: str, tags: dict[str, str] | None = None) -> tuple[list[int], list[Any]]:
+        parts = got[SeriesKey.of(channel, tags)]
+        stamps = [t for b in parts for t in b.timestamps.tolist()]
+        vals = [v.tolist() if isinstance(v, np.ndarray) else v for b in parts for v in b.values]
+        return stamps, vals
+
+    wave_ts, wave = column("wave", {"rig": "a"})
+    assert wave_ts == ts.tolist() and wave == values.tolist()
+    d_ts, d = column("d")
+    assert d_ts == [0, 1_000_000_000, 5] and d == [0.0, 0.0, 7.0]
+    assert column("s") == ([6, 7], ["héllo", ""])
+    fa_ts, fa = column("fa")
+    assert fa_ts == [8, 9] and fa[0][0] == 1.0 and math.isnan(fa[0][1]) and fa[1] == []
+    assert column("sa") == ([10], [["x", ""]])
+    st_ts, st_vals = column("st")
+    assert st_ts == [11] and [json_loads(v) for v in st_vals] == [{"a": 1}]
+
+
+def json_loads(text: str) -> Any:
+    import json
+
+    return json.loads(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Other valid encodings, built by hand
+# ---------------------------------------------------------------------------------------------
+
+
+def _series(*fields: bytes) -> bytes:
+    return _ld(1, b"".join(fields))
+
+
+def _channel(name: bytes) -> bytes:
+    return _ld(1, _ld(1, name))
+
+
+def _double_point(*fields: bytes) -> bytes:
+    return _ld(1, b"".join(fields))
+
+
+def _stamp(sec: int | None, nanos: int | None) -> bytes:
+    body = (b"" if sec is None else b"\x08" + _varint(sec & (2**64 - 1))) + (
+        b"" if nanos is None else b"\x10" + _varint(nanos & (2**64 - 1))
+    )
+    return _ld(1, body)
+
+
+def _f64(x: float) -> bytes:
+    return b"\x11" + struct.pack("<d", x)
+
+
+UNKNOWN = b"\x78\x01" + _ld(14, b"future") + b"\x7d\x00\x00\x00\x00"
+
+
+@pytest.mark.parametrize(
+    ("points", "want_ts", "want"),
+    [
+        # Timestamp absent (the epoch), value absent (0.0), both absent.
+        ([_double_point(_f64(2.5)), _double_point(_stamp(3, None)), _double_point()], [0, 3 * 10**9, 0],
+         [2.5, 0.0, 0.0]),
+        # Value before timestamp; nanos before seconds; an unknown field in a point.
+        ([_double_point(_f64(1.0), _stamp(1, 2)), _double_point(_ld(1, b"\x10\x05\x08\x02"),
+                                                                 UNKNOWN, _f64(-1.0))],
+         [10**9 + 2, 2 * 10**9 + 5], [1.0, -1.0]),
+        # A repeated field: the last one wins.
+        ([_double_point(_stamp(1, 0), _f64(1.0), _f64(9.0), _stamp(2, 1))], [2 * 10**9 + 1], [9.0]),
+        # Pre-1970 in minimal varints (10-byte two's complement seconds).
+        ([_double_point(_stamp(-1, 999_999_999), _f64(3.0)), _double_point(_stamp(-(2**33), 5), _f64(4.0))],
+         [-1, -(2**33) * 10**9 + 5], [3.0, 4.0]),
+    ],
+)
+def test_other_point_layouts_decode_like_upb(points: list[bytes], want_ts: list[int], want: list[float]) -> None:
+    tags = _ld(2, _ld(1, b"k") + _ld(2, b"v"))
+    data = _series(UNKNOWN, _ld(3, _ld(1, b"".join(points) + UNKNOWN)), _channel(b"ch"), tags)
+    expected = [SeriesBatch(SeriesKey.of("ch", {"k": "v"}), V.DOUBLE, _ts(*want_ts), np.array(want))]
+    assert_body_equal(expected, reference_row.decode(data + UNKNOWN, RID), None)
+    assert_body_equal(expected, decode_write_nominal(data + UNKNOWN, RID), None)
+
+
+def test_unpacked_array_values_and_split_points_fields() -> None:
+    unpacked = b"".join(b"\x11" + struct.pack("<d", x) for x in (1.5, -2.0))
+    arrays = _ld(4, _ld(1, _ld(1, _stamp(1, 0) + unpacked)))
+    strings = _ld(2, _ld(1, _stamp(2, 0) + _ld(2, b"a")) + _ld(1, _stamp(3, 0)))
+    data = _series(_channel(b"a"), _ld(3, arrays)) + _series(_channel(b"s"), _ld(3, strings), _ld(3, strings))
+    want = [
+        SeriesBatch(SeriesKey.of("a"), V.DOUBLE_ARRAY, _ts(10**9), [np.array([1.5, -2.0])]),
+        # Two points fields merge: their points are concatenated.
+        SeriesBatch(SeriesKey.of("s"), V.STRING, _ts(*[2 * 10**9, 3 * 10**9] * 2), ["a", "", "a", ""]),
+    ]
+    assert_body_equal(want, reference_row.decode(data, RID), None)
+    assert_body_equal(want, decode_write_nominal(data, RID), None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------
+
+_OK = _series(_channel(b"ok"), _ld(3, _ld(1, b"")))
+
+
+@pytest.mark.parametrize(
+    ("bad", "channel", "reason"),
+    [
+        (_series(_ld(3, _ld(1, b""))), "", "channel not set"),
+        (_series(_channel(b"bare")), "bare", "points type not set"),
+        (_series(_channel(b"bare"), _ld(3, b"")), "bare", "points type not set"),
+        (_series(_channel(b"arr"), _ld(3, _ld(4, b""))), "arr", "array points type not set"),
+        (_series(_channel(b"far"), _ld(3, _ld(1, _double_point(_stamp(10**12, 0))))), "far", "outside the int64"),
+        (_series(_channel(b"neg"), _ld(3, _ld(3, _double_point(_stamp(-(2**62), 0))))), "neg", "outside the int64"),
+    ],
+)
+def test_malformed_series_are_named(bad: bytes, channel: str, reason: str) -> None:
+    data = _OK + bad + _OK
+    for decoder in (reference_row.decode, decode_write_nominal):
+        with pytest.raises(MalformedBatchError) as info:
+            decoder(data, RID)
+        assert (info.value.index, info.value.channel) == (1, channel)
+        assert reason in info.value.reason
+
+
+def test_far_timestamp_in_our_fixed_layout_is_rejected() -> None:
+    good = SeriesBatch(SeriesKey.of("d"), V.DOUBLE, _ts(T), np.array([1.0]))
+    data = bytearray(encode_write_nominal([good]))
+    at = data.index(b"\x0a\x0c\x08")
+    for k in range(5):  # 2**34 s fits the 5-byte seconds but not int64 nanoseconds
+        data[at + 3 + k] = ((2**34 >> (7 * k)) & 0x7F) | (0x80 if k < 4 else 0)
+    with pytest.raises(MalformedBatchError, match="outside the int64 nanosecond range"):
+        decode_write_nominal(bytes(data), RID)
+
+
+def _oracle(data: bytes) -> DecodedRequest | type[Exception]:
+    try:
+        req = nw.WriteRequestNominal.FromString(data)
+    except DecodeError:
+        return DecodeError
+    try:
+        return reference_row.from_proto(req, RID)
+    except MalformedBatchError:
+        return MalformedBatchError
+
+
+def _assert_agrees_with_upb(data: bytes) -> None:
+    want = _oracle(data)
+    if isinstance(want, type):
+        with pytest.raises(want):
+            decode_write_nominal(data, RID)
+    else:
+        assert_body_equal(want.batches, decode_write_nominal(data, RID), want.source_name)
+
+
+_BASE_BATCHES = [
+    *EDGE_BATCHES,
+    SeriesBatch(SeriesKey.of("neg"), V.INT64, _ts(-5, 3), np.array([1, -1])),
+    SeriesBatch(SeriesKey.of("u"), V.DOUBLE_ARRAY, _ts(1, 2, 3), np.arange(12.0).reshape(3, 4)),
+]
+_MUTATION_BASES = [encode_write_nominal(_BASE_BATCHES, "s"), reference_row.encode(_BASE_BATCHES, "s")]
+
+
+def test_every_truncation_agrees_with_upb() -> None:
+    for data in _MUTATION_BASES:
+        for cut in range(len(data)):
+            _assert_agrees_with_upb(data[:cut])
+
+
+@settings(max_examples=EXAMPLES * 3, deadline=None)
+@given(st.binary(max_size=64))
+def test_garbage_agrees_with_upb(data: bytes) -> None:
+    _assert_agrees_with_upb(data)
+
+
+@settings(max_examples=EXAMPLES * 5, deadline=None)
+@given(
+    st.sampled_from(_MUTATION_BASES),
+    st.lists(st.tuples(st.sampled_from(["set", "delete", "insert"]), st.integers(0, 10**6), st.binary(max_size=4)),
+             min_size=1, max_size=3),
+)
+def test_mutated_bodies_agree_with_upb(base: bytes, edits: list[tuple[str, int, bytes]]) -> None:
+    data = bytearray(base)
+    for op, where, blob in edits:
+        at = where % (len(data) + 1)
+        if op == "set" and blob and at < len(data):
+            data[at] = blob[0]
+        elif op == "delete":
+            del data[at : at + 1 + len(blob)]
+        else:
+            data[at:at] = blob
+    _assert_agrees_with_upb(bytes(data))
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoder input checks: the same errors as the column encoder
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        SeriesBatch(SeriesKey.of("x"), V.DOUBLE, _ts(1, 2), np.array([1.0])),
+        SeriesBatch(SeriesKey.of("x"), V.DOUBLE, _ts(1), np.array(["a"])),
+        SeriesBatch(SeriesKey.of("x"), V.INT64, _ts(1), np.array([1.5])),
+        SeriesBatch(SeriesKey.of("x"), V.UINT64, _ts(1), np.array([-1])),
+        SeriesBatch(SeriesKey.of("x"), V.INT64, _ts(1, 2), np.array([1])),
+        SeriesBatch(SeriesKey.of("x"), V.STRING, _ts(1, 2), ["a", None]),
+        SeriesBatch(SeriesKey.of("x"), V.STRING, _ts(1), ["\ud800"]),
+        SeriesBatch(SeriesKey.of("x"), V.STRUCT, _ts(1, 2), ["{}"]),
+        SeriesBatch(SeriesKey.of("x"), V.STRING_ARRAY, _ts(1), ["ab"]),
+        SeriesBatch(SeriesKey.of("x"), V.STRING_ARRAY, _ts(1, 2), [["a"], ["b", "\udc80"]]),
+        SeriesBatch(SeriesKey.of("x"), V.DOUBLE_ARRAY, _ts(1), [np.array(["a"])]),
+        SeriesBatch(SeriesKey.of("x"), V.DOUBLE_ARRAY, _ts(1), np.zeros((2, 3))),
+        SeriesBatch(SeriesKey.of("x"), V.DOUBLE, np.array([1.5]), np.array([1.0])),
+        SeriesBatch(SeriesKey.of("x"), V.DOUBLE, np.zeros((1, 1), dtype=np.int64), np.array([1.0])),
+        SeriesBatch(SeriesKey.of("x"), "float", _ts(1), np.array([1.0])),  # type: ignore[arg-type]
+        SeriesBatch(SeriesKey.of("x", {"k": "\udc80"}), V.DOUBLE, _ts(1), np.array([1.0])),
+        SeriesBatch(SeriesKey("\ud800"), V.DOUBLE, _ts(1), np.array([1.0])),
+    ],
+)
+def test_encoder_rejects_bad_batches_as_the_column_encoder_does(batch: SeriesBatch) -> None:
+    good = SeriesBatch(SeriesKey.of("fine"), V.DOUBLE, _ts(1), np.array([1.0]))
+    with pytest.raises((TypeError, ValueError)) as column:
+        encode_request("r", [good, batch])
+    with pytest.raises(type(column.value)) as row:
+        encode_write_nominal([good, batch])
+    assert str(row.value) == str(column.value)
+    assert "batches[1] (series " in str(row.value)
