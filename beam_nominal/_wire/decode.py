@@ -12,10 +12,15 @@ Anything else that is still valid protobuf (canonical timestamps from the genera
 another client, unpacked repeated scalars, a field split into several occurrences) makes that one
 batch fall back to the upb parse of :mod:`reference`, so every valid encoding decodes to the same
 values, only slower. Unknown fields are skipped everywhere (forward compatibility).
+
+The walk is driven by a :class:`ColumnReader`: the request form's :class:`ColumnLayout` (where
+the timestamps and the value member sit) and its upb fallback. ``decode_request`` reads the gRPC
+form; :mod:`write_batches_v2` reads Nominal's HTTP columnar form with the same code.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Container
 from typing import Any
 
 import numpy as np
@@ -28,9 +33,10 @@ from beam_nominal._wire._proto.nominal.direct_channel_writer.v2 import (
 )
 from beam_nominal._wire._varint import I64, U64, decode_varints, varint_bytes
 from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
+from beam_nominal._wire.encode import COLUMN_BATCHES, ColumnLayout, _values_body
 from beam_nominal.model import SeriesKey, ValueType
 
-__all__ = ["decode_request", "decode_write_batches"]
+__all__ = ["ColumnReader", "decode_columns", "decode_request", "decode_write_batches"]
 
 _NS = 1_000_000_000
 # |seconds| up to this bound cannot overflow int64 nanoseconds even with an int32 nanos field.
@@ -149,8 +155,9 @@ def _unspread5(w: U64) -> U64:
     return v
 
 
-def _fixed_run(buf: bytes, pos: int, stop: int) -> tuple[int, int]:
-    """(entries, width) of the run of fixed-width Timestamp entries at ``pos``; (0, 0) if none.
+def _fixed_run(buf: bytes, pos: int, stop: int, tag: int = 0x1A) -> tuple[int, int]:
+    """(entries, width) of the run of fixed-width Timestamp entries (key ``tag``) at ``pos``;
+    (0, 0) if none.
 
     The run is every consecutive entry whose tag and length bytes match, which is exactly what
     a sequential parser reads as entries. Found without a loop: strided slices of the tag and
@@ -170,17 +177,19 @@ def _fixed_run(buf: bytes, pos: int, stop: int) -> tuple[int, int]:
     end = pos + m * width
     tags = buf[pos:end:width]
     lens = buf[pos + 1 : end : width]
-    k = min(m - len(tags.lstrip(b"\x1a")), m - len(lens.lstrip(bytes([length]))))
+    k = min(m - len(tags.lstrip(bytes([tag]))), m - len(lens.lstrip(bytes([length]))))
     return k, width
 
 
-def _canonical_run(buf: bytes, pos: int, stop: int) -> tuple[int, I64, I64, int]:
+def _canonical_run(
+    buf: bytes, pos: int, stop: int, tag: int = 0x1A, nanos_int64: bool = False
+) -> tuple[int, I64, I64, int]:
     """Decode a run of Timestamp entries in any varint encoding (e.g. canonical, from upb).
 
     A run of Timestamps is nothing but varints: ``1a L [08 seconds] [10 nanos]`` repeated. The
     varints are decoded a window at a time; read as (key, value) pairs, the run is the longest
-    prefix whose keys are 26, 8 or 16, and it is accepted only if every entry's length equals the
-    bytes of its pairs. Returns (entries, seconds, nanos, end position).
+    prefix whose keys are ``tag`` (26 in ColumnBatch), 8 or 16, and it is accepted only if every
+    entry's length equals the bytes of its pairs. Returns (entries, seconds, nanos, end position).
 
     Raises:
         _Fallback: anything else (duplicate fields, unknown fields inside an entry, a run that
@@ -191,7 +200,7 @@ def _canonical_run(buf: bytes, pos: int, stop: int) -> tuple[int, I64, I64, int]
     total = 0
     while True:
         window_end = min(stop, pos + _WINDOW)
-        k, sec, nano, pos, done = _canonical_window(buf, pos, window_end, window_end == stop)
+        k, sec, nano, pos, done = _canonical_window(buf, pos, window_end, window_end == stop, tag, nanos_int64)
         total += k
         secs.append(sec)
         nanos.append(nano)
@@ -209,7 +218,9 @@ def _canonical_run(buf: bytes, pos: int, stop: int) -> tuple[int, I64, I64, int]
 _WINDOW = 65_536
 
 
-def _canonical_window(buf: bytes, pos: int, stop: int, last: bool) -> tuple[int, I64, I64, int, bool]:
+def _canonical_window(
+    buf: bytes, pos: int, stop: int, last: bool, tag: int = 0x1A, nanos_int64: bool = False
+) -> tuple[int, I64, I64, int, bool]:
     """One window of :func:`_canonical_run`: (entries, seconds, nanos, next position, run ended)."""
     region = np.frombuffer(buf, dtype=np.uint8, count=stop - pos, offset=pos)
     end_idx = np.flatnonzero(region < 0x80)
@@ -230,11 +241,11 @@ def _canonical_window(buf: bytes, pos: int, stop: int, last: bool) -> tuple[int,
     parts = (used & 0x7F).astype(np.uint64) << (shift.astype(np.uint64) * _U(7))
     tokens = np.add.reduceat(parts, starts[: 2 * npairs])
     keys, vals = tokens[0::2], tokens[1::2]
-    ok = (keys == 26) | (keys == 8) | (keys == 16)
+    ok = (keys == tag) | (keys == 8) | (keys == 16)
     q = npairs if ok.all() else int(np.argmin(ok))
     done = last or q < npairs
     keys, vals = keys[:q], vals[:q]
-    is26 = keys == 26
+    is26 = keys == tag
     el = np.flatnonzero(is26)
     if el.shape[0] == 0 or el[0] != 0:
         raise _Fallback
@@ -263,23 +274,34 @@ def _canonical_window(buf: bytes, pos: int, stop: int, last: bool) -> tuple[int,
         if owners.shape[0] and np.bincount(owners, minlength=k).max() > 1:
             raise _Fallback
         out[owners] = vals[sel]
-    nanos32 = (nanos & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
-    return k, sec.view(np.int64), nanos32, pos + run_end, done
+    return k, sec.view(np.int64), _nanos(nanos, nanos_int64), pos + run_end, done
 
 
-def _decode_fixed_14(region: bytes, n: int) -> tuple[Any, I64, I64]:
-    """Verify and decode ``n`` 14-byte entries: (row ok mask, seconds, nanos)."""
+def _nanos(raw: U64, int64: bool) -> I64:
+    """The nanos field from its varints: all 64 bits for an int64 field; for an int32 field the
+    low 32 bits, as every parser keeps of a wider varint."""
+    if int64:
+        return raw.view(np.int64)
+    out: I64 = (raw & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
+    return out
+
+
+def _decode_fixed_14(region: Any, n: int, tag: int = 0x1A, nanos_int64: bool = False) -> tuple[Any, I64, I64]:
+    """Verify and decode ``n`` 14-byte entries with field key ``tag``: (row ok mask, seconds, nanos)."""
     lo = np.ndarray((n,), dtype="<u8", buffer=region, offset=0, strides=(14,)).astype(np.uint64)
     hi = np.ndarray((n,), dtype="<u8", buffer=region, offset=6, strides=(14,)).astype(np.uint64)
-    ok = ((lo & _LO_MASK) == _LO_WANT) & ((hi & _HI_MASK) == _HI_WANT)
+    ok = ((lo & _LO_MASK) == _lo_want(tag)) & ((hi & _HI_MASK) == _HI_WANT)
     sec = _unspread5(lo >> _U(24)).view(np.int64)
-    # nanos is an int32 field: a wider varint keeps its low 32 bits, as every parser does.
-    nanos = (_unspread5(hi >> _U(24)) & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
-    return ok, sec, nanos
+    return ok, sec, _nanos(_unspread5(hi >> _U(24)), nanos_int64)
+
+
+def _lo_want(tag: int) -> np.uint64:
+    """The masked low word of a fixed-width entry whose field key is ``tag``."""
+    return _U((int(_LO_WANT) & ~0xFF) | tag)
 
 
 def _decode_fixed_19(
-    region: Any, n: int, offset: int = 0, stride: int = 19, tag: int = 0x1A
+    region: Any, n: int, offset: int = 0, stride: int = 19, tag: int = 0x1A, nanos_int64: bool = False
 ) -> tuple[Any, I64, I64]:
     """Verify and decode ``n`` 19-byte entries (10-byte two's complement seconds), the k-th at
     ``offset + k * stride`` with field key ``tag``."""
@@ -293,7 +315,7 @@ def _decode_fixed_19(
     nanos = np.zeros(n, dtype=np.uint64)
     for k in range(5):
         nanos |= (rows[:, 14 + k] & 0x7F).astype(np.uint64) << _U(7 * k)
-    return ok, sec.view(np.int64), (nanos & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
+    return ok, sec.view(np.int64), _nanos(nanos, nanos_int64)
 
 
 def _out_of_range(sec: I64, nanos: I64) -> int | None:
@@ -306,8 +328,25 @@ def _out_of_range(sec: I64, nanos: I64) -> int | None:
     return None
 
 
-def _combine(sec: I64, nanos: I64, index: int, channel: str) -> I64:
-    """seconds * 1e9 + nanos, refusing values outside int64 nanoseconds instead of wrapping."""
+def _bad_nanos(nanos: I64) -> int | None:
+    """Index of the first nanos outside [0, 1e9), or None."""
+    if nanos.shape[0] == 0:
+        return None
+    bad = (nanos < 0) | (nanos >= _NS)
+    return int(np.argmax(bad)) if bad.any() else None
+
+
+def _nanos_reason(nanos: int) -> str:
+    return f"a timestamp's nanos ({nanos}) is outside [0, 1e9)"
+
+
+def _combine(sec: I64, nanos: I64, index: int, channel: str, check_nanos: bool = False) -> I64:
+    """seconds * 1e9 + nanos, refusing values outside int64 nanoseconds instead of wrapping (and,
+    with ``check_nanos``, nanos outside [0, 1e9))."""
+    if check_nanos:
+        j = _bad_nanos(nanos)
+        if j is not None:
+            raise MalformedBatchError(index, channel, _nanos_reason(int(nanos[j])))
     bad = _out_of_range(sec, nanos)
     if bad is not None:
         raise MalformedBatchError(
@@ -392,8 +431,14 @@ def _uniform_double_rows(buf: bytes, start: int, stop: int, where: str) -> list[
     return list(np.ascontiguousarray(rows[:, hdr:]).view("<f8").astype(np.float64, copy=False))
 
 
-def _single_member(buf: bytes, spans: list[tuple[int, int]], where: str) -> tuple[int, int, int] | None:
-    """The one oneof member set in a message: (field, start, stop); None when none is.
+# Fields of the oneof members of ColumnValues (and, as before, what is looked for in ArrayPoints).
+_MEMBER_FIELDS = range(1, 7)
+
+
+def _single_member(
+    buf: bytes, spans: list[tuple[int, int]], where: str, fields: Container[int] = _MEMBER_FIELDS
+) -> tuple[int, int, int] | None:
+    """The one oneof member (of ``fields``) set in a message: (field, start, stop); None when none is.
 
     Repeated occurrences merge under protobuf rules; rather than re-implement merging, they make
     the batch fall back to upb.
@@ -403,7 +448,7 @@ def _single_member(buf: bytes, spans: list[tuple[int, int]], where: str) -> tupl
         pos = start
         while pos < stop:
             field, wt, pos = _tag(buf, pos, stop, where)
-            if wt == 2 and 1 <= field <= 6:
+            if wt == 2 and field in fields:
                 s, pos = _length(buf, pos, stop, where)
                 if found is not None:
                     raise _Fallback
@@ -439,7 +484,9 @@ def _map_entry(buf: bytes, start: int, stop: int, where: str) -> tuple[str, str]
 class _Batch:
     """One ColumnBatch while a request is decoded: what the walk found, then its columns."""
 
-    __slots__ = ("canonical", "channel", "index", "runs", "span", "tags", "timestamps", "value_type", "values")
+    __slots__ = (
+        "canonical", "channel", "index", "refused", "runs", "span", "tags", "timestamps", "value_type", "values"
+    )
 
     def __init__(self, index: int, span: tuple[int, int]) -> None:
         self.index = index
@@ -453,12 +500,10 @@ class _Batch:
         self.timestamps: Any = None
         self.value_type: ValueType | None = None
         self.values: Any = None
+        # Why the batch cannot be stored though its bytes parse (a member we refuse), if so.
+        self.refused: str | None = None
 
 
-# Keys of the length-delimited ColumnBatch fields 1..4 (channel, tags, timestamps, values).
-_LEN_KEYS = frozenset({0x0A, 0x12, 0x1A, 0x22})
-# Keys of the ColumnValues oneof members 1..6, all length-delimited.
-_MEMBER_KEYS = frozenset({0x0A, 0x12, 0x1A, 0x22, 0x2A, 0x32})
 # Encoded tag entries repeat across batches and requests: their decoded (key, value) is cached
 # (bounded; cleared when full; a racing clear from another thread only costs a re-decode).
 _TAG_CACHE: dict[bytes, Any] = {}
@@ -477,37 +522,164 @@ def _len2(buf: bytes, pos: int, end: int, where: str) -> tuple[int, int]:
     return _varint(buf, pos, end, where)
 
 
-def _walk_batch(buf: bytes, b: _Batch) -> tuple[int, list[tuple[int, int]]] | None:
-    """Read a batch's key, find its timestamp runs and its value member: (field, spans) or None.
+# What a field of a batch (or of its points message) holds. Value members are numbered, here and
+# below, as ColumnValues numbers them: 1 doubles, 2 strings, 3 int64s, 4 uint64s, 5 arrays, 6 structs.
+_CHANNEL, _TAGS, _TIMESTAMPS, _VALUES, _POINTS, _TEXT, _REFUSED = range(-1, -8, -1)
+_KINDS = {
+    ValueType.DOUBLE: 1,
+    ValueType.STRING: 2,
+    ValueType.INT64: 3,
+    ValueType.UINT64: 4,
+    ValueType.DOUBLE_ARRAY: 5,
+    ValueType.STRING_ARRAY: 5,
+    ValueType.STRUCT: 6,
+}
+
+
+class ColumnReader:
+    """What the decoder needs to read one request form.
+
+    Args:
+        layout: where the form puts each part.
+        parse_batch: parses one batch message's bytes with upb (raising ``DecodeError`` for
+            broken bytes), so that broken bytes are reported before a malformed batch.
+        slow_batch: ``(buf, start, stop, index)`` decodes the batch at ``buf[start:stop]`` with
+            upb and the reference converter, for encodings the vector paths do not read.
+    """
+
+    def __init__(
+        self,
+        layout: ColumnLayout,
+        parse_batch: Callable[[bytes], object],
+        slow_batch: Callable[[bytes, int, int, int], SeriesBatch],
+    ) -> None:
+        self.layout = layout
+        self.parse_batch = parse_batch
+        self.slow_batch = slow_batch
+        self.tag = layout.timestamp_tag
+        self.nanos_int64 = layout.nanos_int64
+        self.nanos_checked = layout.nanos_checked
+        self.request_fields = {f for f in (layout.rid_field, layout.batches_field, layout.source_field) if f}
+        self.batch_key = layout.batch_key[0]
+        kinds = {layout.members[vt]: kind for vt, kind in _KINDS.items()}  # member field -> kind
+        columns: dict[int, int] = {self.tag: _TIMESTAMPS}
+        self.values_key = None if layout.values_key is None else layout.values_key[0]
+        if self.values_key is None:
+            columns.update({number << 3 | 2: kind for number, kind in kinds.items()})
+            columns.update({number << 3 | 2: _REFUSED for number in layout.refused})
+        else:
+            columns[self.values_key] = _VALUES
+        self.refused_reasons = {number << 3 | 2: reason for number, reason in layout.refused.items()}
+        # In ColumnValues: member field -> kind, and the same by one-byte key.
+        self.value_kinds = kinds
+        self.value_key_kinds = {number << 3 | 2: kind for number, kind in kinds.items()}
+        roles: dict[int, int] = {0x0A: _CHANNEL, 0x12: _TAGS}
+        roles.update({number << 3 | 2: _TEXT for number in layout.dropped_strings})
+        if layout.points_key is None:
+            roles.update(columns)
+            self.points_roles: dict[int, int] = {}
+        else:
+            roles[layout.points_key[0]] = _POINTS
+            self.points_roles = columns
+        self.batch_roles = roles
+        # The whole-request fast path: where a fixed-width run starts, and the numeric members.
+        self.points_key = None if layout.points_key is None else layout.points_key[0]
+        self.run_head = bytes([self.tag, 12])
+        self.numeric_keys = {
+            layout.member_keys[vt][0]: _KINDS[vt] for vt in (ValueType.DOUBLE, ValueType.INT64, ValueType.UINT64)
+        }
+        # Bytes between one timestamp and one double: the smallest such framing.
+        self.min_double_tail = len(_values_body(ValueType.DOUBLE, 8, 1, layout))
+        self.double_tails: dict[int, bytes] = {}
+
+
+def _walk_batch(buf: bytes, b: _Batch, r: ColumnReader) -> tuple[int, list[tuple[int, int]]] | None:
+    """Read a batch's key, find its timestamp runs and its value member: (kind, spans) or None.
 
     Raises:
         _Fallback: the batch uses an encoding only upb handles.
+        MalformedBatchError: a member the form refuses (after the whole batch was read).
     """
     start, stop = b.span
     where = f"batches[{b.index}]"
     value_spans: list[tuple[int, int]] = []
+    members: list[tuple[int, int, int]] = []
+    _walk_fields(buf, b, start, stop, r.batch_roles, r, where, value_spans, members)
+    if b.refused is not None:
+        raise MalformedBatchError(b.index, b.channel, b.refused)
+    runs = b.runs
+    if len(runs) > 1 and any(w != runs[0][2] for _, _, w in runs):
+        raise _Fallback  # runs of both widths in one batch: rare enough to leave to upb
+    member = None
+    if r.values_key is None:
+        # Members beside the timestamps: repeated occurrences merge under protobuf rules, which
+        # upb applies.
+        if len(members) > 1:
+            raise _Fallback
+        if not members:
+            return None
+        member = members[0]
+    elif len(value_spans) == 1:
+        # The usual shape: ColumnValues holding exactly one member, spanning all of it.
+        s, e = value_spans[0]
+        if s + 2 < e and buf[s] in r.value_key_kinds:
+            n, p = _len2(buf, s + 1, e, where)
+            if p + n == e:
+                member = (r.value_key_kinds[buf[s]], p, e)
+    if member is None:
+        found = _single_member(buf, value_spans, f"{where}.values", r.value_kinds)
+        if found is None:
+            return None
+        member = (r.value_kinds[found[0]], found[1], found[2])
+    field, s, e = member
+    if field in (1, 3, 4):
+        # Likewise a points message that is exactly one packed field 1.
+        if s + 2 < e and buf[s] == 0x0A:
+            n, p = _len2(buf, s + 1, e, where)
+            if p + n == e:
+                return field, [(p, e)]
+        return field, _packed_field(buf, s, e, f"{where}.values")
+    return field, [(s, e)]
+
+
+def _walk_fields(
+    buf: bytes,
+    b: _Batch,
+    start: int,
+    stop: int,
+    roles: dict[int, int],
+    r: ColumnReader,
+    where: str,
+    value_spans: list[tuple[int, int]],
+    members: list[tuple[int, int, int]],
+) -> None:
+    """Read the fields of one message of a batch (the batch, or its points message) by ``roles``:
+    the key into ``b``, timestamp runs into ``b.runs``, ColumnValues spans into ``value_spans``,
+    members beside the timestamps into ``members`` as (kind, start, stop)."""
     pos = start
     while pos < stop:
         field_pos = pos
         key = buf[pos]
         # One-byte keys and lengths inline (all of ours); anything longer takes the helpers.
-        if key in _LEN_KEYS:
-            field = key >> 3
+        role = roles.get(key)
+        if role is not None:
             pos += 1
         else:
             field, wt, pos = _tag(buf, pos, stop, where)
-            if wt != 2 or field > 4:
+            key = field << 3 | wt
+            role = roles.get(key) if wt == 2 else None
+            if role is None:
                 pos = _skip(buf, pos, stop, field, wt, where)
                 continue
-        if field == 3:
-            k, width = _fixed_run(buf, field_pos, stop)
+        if role == _TIMESTAMPS:
+            k, width = _fixed_run(buf, field_pos, stop, r.tag)
             if k:
                 b.runs.append((field_pos, k, width))
                 pos = field_pos + k * width
             elif stop - field_pos < _WINDOW // 4:
                 raise _Fallback  # a short run: upb costs less than setting up the vector path
             else:
-                k, sec, nanos, pos = _canonical_run(buf, field_pos, stop)
+                k, sec, nanos, pos = _canonical_run(buf, field_pos, stop, r.tag, r.nanos_int64)
                 b.runs.append((field_pos, k, 0))
                 b.canonical.append((sec, nanos))
             continue
@@ -518,12 +690,12 @@ def _walk_batch(buf: bytes, b: _Batch) -> tuple[int, list[tuple[int, int]]] | No
                 raise DecodeError(f"{where}: field of {pos - s} bytes runs past the end of its message")
         else:
             s, pos = _length(buf, pos, stop, where)
-        if field == 1:
+        if role == _CHANNEL:
             try:
                 b.channel = buf[s:pos].decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise DecodeError(f"{where}.channel: string is not valid UTF-8 ({exc.reason})") from None
-        elif field == 2:
+        elif role == _TAGS:
             entry = _TAG_CACHE.get(buf[s:pos], _MISSING)
             if entry is _MISSING:
                 entry = _map_entry(buf, s, pos, f"{where}.tags")
@@ -532,32 +704,17 @@ def _walk_batch(buf: bytes, b: _Batch) -> tuple[int, list[tuple[int, int]]] | No
                 _TAG_CACHE[buf[s:pos]] = entry
             if entry is not None:
                 b.tags[entry[0]] = entry[1]
-        else:
+        elif role == _VALUES:
             value_spans.append((s, pos))
-    runs = b.runs
-    if len(runs) > 1 and any(w != runs[0][2] for _, _, w in runs):
-        raise _Fallback  # runs of both widths in one batch: rare enough to leave to upb
-    member = None
-    if len(value_spans) == 1:
-        # The usual shape: ColumnValues holding exactly one member, spanning all of it.
-        s, e = value_spans[0]
-        if s + 2 < e and buf[s] in _MEMBER_KEYS:
-            n, p = _len2(buf, s + 1, e, where)
-            if p + n == e:
-                member = (buf[s] >> 3, p, e)
-    if member is None:
-        member = _single_member(buf, value_spans, f"{where}.values")
-        if member is None:
-            return None
-    field, s, e = member
-    if field in (1, 3, 4):
-        # Likewise a points message that is exactly one packed field 1.
-        if s + 2 < e and buf[s] == 0x0A:
-            n, p = _len2(buf, s + 1, e, where)
-            if p + n == e:
-                return field, [(p, e)]
-        return field, _packed_field(buf, s, e, f"{where}.values")
-    return field, [(s, e)]
+        elif role == _POINTS:
+            # Occurrences of the points message merge: their fields are read in order.
+            _walk_fields(buf, b, s, pos, r.points_roles, r, f"{where}.points", value_spans, members)
+        elif role == _TEXT:
+            _text(buf, s, pos, where)
+        elif role == _REFUSED:
+            b.refused = r.refused_reasons[key]
+        else:
+            members.append((role, s, pos))
 
 
 def _batch_values(buf: bytes, b: _Batch, field: int, s: int, e: int) -> None:
@@ -590,7 +747,9 @@ def _split(column: Any, counts: list[int]) -> list[Any]:
     return out
 
 
-def _all_timestamps(buf: bytes, fast: list[_Batch], malformed: dict[int, MalformedBatchError]) -> list[_Batch]:
+def _all_timestamps(
+    buf: bytes, fast: list[_Batch], malformed: dict[int, MalformedBatchError], r: ColumnReader
+) -> list[_Batch]:
     """Decode every batch's fixed-width timestamp runs together; return batches needing upb."""
     slow: list[_Batch] = []
     for width, decoder in ((14, _decode_fixed_14), (19, _decode_fixed_19)):
@@ -603,16 +762,20 @@ def _all_timestamps(buf: bytes, fast: list[_Batch], malformed: dict[int, Malform
             region: Any = memoryview(buf)[owners[0][1] : owners[0][1] + n * width]
         else:
             region = b"".join([buf[s : s + k * width] for _, s, k in owners])
-        ok, sec, nanos = decoder(region, n)
+        ok, sec, nanos = decoder(region, n, tag=r.tag, nanos_int64=r.nanos_int64)
         if not ok.all():
             bad = set(np.repeat(np.arange(len(owners)), counts)[~ok].tolist())
             slow += [owners[i][0] for i in sorted(bad)]
         ns = sec * _NS + nanos
         # Overflow is checked per batch only when the whole column comes near the int64 limits.
         check = _out_of_range(sec, nanos) is not None
+        check_nanos = r.nanos_checked and _bad_nanos(nanos) is not None
         for (b, _, _), piece, sp, npc in zip(
             owners, _split(ns, counts), _split(sec, counts), _split(nanos, counts), strict=True
         ):
+            j = _bad_nanos(npc) if check_nanos else None
+            if j is not None and b.index not in malformed:
+                malformed[b.index] = MalformedBatchError(b.index, b.channel, _nanos_reason(int(npc[j])))
             j = _out_of_range(sp, npc) if check else None
             if j is not None and b.index not in malformed:
                 malformed[b.index] = MalformedBatchError(
@@ -625,7 +788,7 @@ def _all_timestamps(buf: bytes, fast: list[_Batch], malformed: dict[int, Malform
             sec = b.canonical[0][0] if len(b.canonical) == 1 else np.concatenate([c[0] for c in b.canonical])
             nanos = b.canonical[0][1] if len(b.canonical) == 1 else np.concatenate([c[1] for c in b.canonical])
             try:
-                b.timestamps = _combine(sec, nanos, b.index, b.channel)
+                b.timestamps = _combine(sec, nanos, b.index, b.channel, r.nanos_checked)
             except MalformedBatchError as exc:
                 malformed.setdefault(b.index, exc)
                 b.timestamps = np.empty(0, dtype=np.int64)
@@ -697,6 +860,12 @@ def _slow_batch(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
         ) from None
 
 
+# The gRPC form. Its fallback is looked up when called (tests replace it).
+_COLUMN_READER = ColumnReader(
+    COLUMN_BATCHES, cw.ColumnBatch.FromString, lambda buf, start, stop, index: _slow_batch(buf, start, stop, index)
+)
+
+
 # ---------------------------------------------------------------------------------------------
 # Fast path: every batch laid out as our encoder writes it
 # ---------------------------------------------------------------------------------------------
@@ -706,23 +875,15 @@ def _slow_batch(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
 # lookup here instead of a field walk. Bounded like _TAG_CACHE.
 _KEY_CACHE: dict[bytes, SeriesKey | None] = {}
 _KEY_CACHE_SIZE = 100_000
-# ColumnValues members decoded here: doubles, int64s, uint64s.
-_NUMERIC_MEMBERS = {0x0A: 1, 0x1A: 3, 0x22: 4}
 
 
-_DOUBLE_TAILS: dict[int, bytes] = {}
-
-
-def _double_tail(k: int) -> bytes:
-    """The bytes between ``k`` timestamps and ``k`` packed doubles: ``22 Lv 0a Lm 0a Lp``."""
-    lp = 8 * k
-    points = b"\x0a" + varint_bytes(lp)
-    lm = len(points) + lp
-    member = b"\x0a" + varint_bytes(lm)
-    tail = b"\x22" + varint_bytes(len(member) + lm) + member + points
-    if len(_DOUBLE_TAILS) >= _KEY_CACHE_SIZE:
-        _DOUBLE_TAILS.clear()
-    _DOUBLE_TAILS[k] = tail
+def _double_tail(k: int, r: ColumnReader) -> bytes:
+    """The bytes between ``k`` timestamps and ``k`` packed doubles (``22 Lv 0a Lm 0a Lp`` in a
+    ColumnBatch), cached per form."""
+    tail = _values_body(ValueType.DOUBLE, 8 * k, k, r.layout)
+    if len(r.double_tails) >= _KEY_CACHE_SIZE:
+        r.double_tails.clear()
+    r.double_tails[k] = tail
     return tail
 
 
@@ -755,14 +916,17 @@ def _prefix_key(buf: bytes, s: int, p: int) -> SeriesKey | None:
 _TS_BLOCK = 8192
 
 
-def _fixed_14_ns(region: Any, n: int, offset: int = 0, stride: int = 14, tag: int = 0x1A) -> I64 | None:
+def _fixed_14_ns(
+    region: Any, n: int, offset: int = 0, stride: int = 14, tag: int = 0x1A, nanos_checked: bool = False
+) -> I64 | None:
     """Nanoseconds of ``n`` 14-byte entries (the k-th at ``offset + k * stride``, field key
     ``tag``), block by block; None if any entry is not in the fixed form or not plainly inside
-    int64 nanoseconds (the general path then decides)."""
+    int64 nanoseconds, or (``nanos_checked``) has nanos of 1e9 or more (the general path then
+    decides)."""
     out = np.empty(n, dtype=np.int64)
     lo_all = np.ndarray((n,), dtype="<u8", buffer=region, offset=offset, strides=(stride,))
     hi_all = np.ndarray((n,), dtype="<u8", buffer=region, offset=offset + 6, strides=(stride,))
-    lo_want = _U((int(_LO_WANT) & ~0xFF) | tag)
+    lo_want = _lo_want(tag)
     for start in range(0, n, _TS_BLOCK):
         stop = min(start + _TS_BLOCK, n)
         lo = lo_all[start:stop].astype(np.uint64)
@@ -773,15 +937,22 @@ def _fixed_14_ns(region: Any, n: int, offset: int = 0, stride: int = 14, tag: in
         # Seconds are 5-byte varints (< 2**35): only the upper bound can be crossed.
         if int(sec.max()) > _SAFE_SECONDS:
             return None
-        nanos = (_unspread5(hi >> _U(24)) & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32)
+        raw = _unspread5(hi >> _U(24))
+        # Below 1e9 (checked or not), an int64 field's value is its int32 view too.
+        if nanos_checked and int(raw.max()) >= _NS:
+            return None
+        nanos = (raw & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32)
         np.multiply(sec.view(np.int64), _NS, out=out[start:stop])
         out[start:stop] += nanos
     return out
 
 
-def _fast_batches(buf: bytes, spans: list[tuple[int, int]]) -> list[SeriesBatch] | None:
+def _fast_batches(
+    buf: bytes, spans: list[tuple[int, int]], r: ColumnReader | None = None
+) -> list[SeriesBatch] | None:
     """Decode a request whose every batch is ``channel, tags..., fixed-width timestamps, one
-    numeric member with one packed field``, with one lean pass per batch and columns in bulk.
+    numeric member with one packed field`` (timestamps and member inside one points message
+    where the form has one), with one lean pass per batch and columns in bulk.
 
     Every structural fact a sequential parse depends on is checked; None (decode with the
     general path, which also names errors) for any batch that differs or anything invalid.
@@ -791,22 +962,36 @@ def _fast_batches(buf: bytes, spans: list[tuple[int, int]]) -> list[SeriesBatch]
     runs: list[tuple[int, int]] = []  # (start, entries)
     members: list[int] = []
     data: list[tuple[int, int]] = []
+    if r is None:
+        r = _COLUMN_READER
     cache = _KEY_CACHE
     find = buf.find
+    run_head = r.run_head
+    wrap = r.points_key
+    tails = r.double_tails
+    min_tail = r.min_double_tail
+    values_key = r.values_key
+    tag = r.tag
     for s, e in spans:
-        # The timestamp run starts at the first 1a 0c that ends a well-formed prefix. A hit
+        # The timestamp run starts at the first "tag 0c" that ends a well-formed prefix (with
+        # the points header from there to the batch's end, where the form has one). A hit
         # inside a name cannot parse (the field holding it would run past it): try the next.
         p = s - 1
         for _attempt in range(4):
-            p = find(b"\x1a\x0c", p + 1, e)
+            p = find(run_head, p + 1, e)
             if p < 0:
                 return None
-            key = cache.get(buf[s:p], _MISSING)
+            q = p
+            if wrap is not None:
+                q -= 1 + len(varint_bytes(e - p))
+                if q < s or buf[q] != wrap or not buf.startswith(varint_bytes(e - p), q + 1):
+                    continue
+            key = cache.get(buf[s:q], _MISSING)
             if key is _MISSING:
-                key = _prefix_key(buf, s, p)
+                key = _prefix_key(buf, s, q)
                 if len(cache) >= _KEY_CACHE_SIZE:
                     cache.clear()
-                cache[buf[s:p]] = key
+                cache[buf[s:q]] = key
             if key is not None:
                 break
         else:
@@ -814,29 +999,36 @@ def _fast_batches(buf: bytes, spans: list[tuple[int, int]]) -> list[SeriesBatch]
         # A doubles batch is 14k bytes of timestamps, a header fixed by k, then 8k bytes of
         # values: k follows from the size and the header bytes confirm it (the entries' own
         # bytes are checked in bulk below). Other members walk their header.
-        k = (e - p - 6) // 22
-        tail = _DOUBLE_TAILS.get(k) if k > 0 else b""
+        k = (e - p - min_tail) // 22
+        tail = tails.get(k) if k > 0 else b""
         if tail is None:
-            tail = _double_tail(k)
+            tail = _double_tail(k, r)
         if k > 0 and 22 * k + len(tail) == e - p and buf.startswith(tail, p + 14 * k):
             keys.append(key)  # type: ignore[arg-type]
             runs.append((p, k))
             members.append(1)
             data.append((e - 8 * k, e))
             continue
-        k, width = _fixed_run(buf, p, e)
+        k, width = _fixed_run(buf, p, e, tag)
         q = p + k * width
-        # values = 22 L, member = key L, packed field 1 = 0a L: each must end exactly at e.
-        if width != 14 or q + 6 > e or buf[q] != 0x22:
+        # values = 22 L (if the form has it), member = key L, packed field 1 = 0a L: each must
+        # end exactly at e.
+        if width != 14:
             return None
-        ln, q = _len2(buf, q + 1, e, "values")
-        if q + ln != e or q + 4 > e:
+        if values_key is not None:
+            if q + 6 > e or buf[q] != values_key:
+                return None
+            ln, q = _len2(buf, q + 1, e, "values")
+            if q + ln != e:
+                return None
+        if q + 4 > e:
             return None
-        field = _NUMERIC_MEMBERS.get(buf[q])
+        field = r.numeric_keys.get(buf[q])
         if field is None:
             return None
         ln, q = _len2(buf, q + 1, e, "values")
-        if q + ln != e or q + 2 > e or buf[q] != 0x0A:
+        # Three bytes at least: the packed field's key and a length _len2 may read two bytes of.
+        if q + ln != e or q + 3 > e or buf[q] != 0x0A:
             return None
         ln, q = _len2(buf, q + 1, e, "values")
         if q + ln != e:
@@ -850,7 +1042,7 @@ def _fast_batches(buf: bytes, spans: list[tuple[int, int]]) -> list[SeriesBatch]
     region: Any = memoryview(buf)[runs[0][0] : runs[0][0] + total * 14] if n == 1 else b"".join(
         [buf[p : p + k * 14] for p, k in runs]
     )
-    ns = _fixed_14_ns(region, total)
+    ns = _fixed_14_ns(region, total, tag=tag, nanos_checked=r.nanos_checked)
     if ns is None:
         return None
     stamps = _split(ns, counts)
@@ -906,16 +1098,25 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
         google.protobuf.message.DecodeError: bytes that are not a valid request (truncated,
             garbage, invalid UTF-8). Broken bytes anywhere take precedence over a bad batch.
     """
+    return decode_columns(data, _COLUMN_READER)
+
+
+def decode_columns(data: bytes | bytearray | memoryview, reader: ColumnReader) -> DecodedRequest:
+    """Parse the request form ``reader`` reads into columns, as :func:`decode_request` does
+    (same results, same errors; a form without a source name gives None)."""
     buf = data if isinstance(data, bytes) else bytes(data)
     end = len(buf)
     rid = ""
     source: str | None = None
+    layout = reader.layout
+    batch_key = reader.batch_key
+    request_fields = reader.request_fields
     # Spans first: the fast path needs nothing else, the general path makes _Batch objects.
     spans: list[tuple[int, int]] = []
     pos = 0
     while pos < end:
-        if buf[pos] == 0x12 and pos + 3 < end:
-            # A ColumnBatch (the usual field), its length inline.
+        if buf[pos] == batch_key and pos + 3 < end:
+            # A batch (the usual field), its length inline.
             n, s = _len2(buf, pos + 1, end, "request")
             pos = s + n
             if pos > end:
@@ -923,19 +1124,20 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
             spans.append((s, pos))
             continue
         field, wt, pos = _tag(buf, pos, end, "request")
-        if wt != 2 or field > 3:
+        if wt != 2 or field not in request_fields:
             pos = _skip(buf, pos, end, field, wt, "request")
             continue
         s, pos = _length(buf, pos, end, "request")
-        if field == 1:
+        if field == layout.rid_field:
             rid = _text(buf, s, pos, "data_source_rid")
-        elif field == 3:
-            source = _text(buf, s, pos, "source_name")
-        else:
+        elif field == layout.batches_field:
             spans.append((s, pos))
+        else:
+            source = _text(buf, s, pos, "source_name")
 
     if spans:
-        quick = _fast_batches(buf, spans)
+        # (The gRPC form keeps the call its tests observe.)
+        quick = _fast_batches(buf, spans) if reader is _COLUMN_READER else _fast_batches(buf, spans, reader)
         if quick is not None:
             return DecodedRequest(rid, source, quick)
     batches = [_Batch(i, span) for i, span in enumerate(spans)]
@@ -947,9 +1149,9 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
     numbers: list[tuple[_Batch, int, list[tuple[int, int]]]] = []
     for b in batches:
         try:
-            member = _walk_batch(buf, b)
+            member = _walk_batch(buf, b, reader)
             if member is None:
-                malformed[b.index] = MalformedBatchError(b.index, b.channel, "value type not set")
+                malformed[b.index] = MalformedBatchError(b.index, b.channel, layout.unset_reason)
             elif member[0] in (1, 3, 4):
                 numbers.append((b, member[0], member[1]))
             else:
@@ -961,7 +1163,7 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
             malformed[b.index] = exc
         fast.append(b)
     _all_numbers(buf, numbers)
-    again = _all_timestamps(buf, fast, malformed)
+    again = _all_timestamps(buf, fast, malformed, reader)
     slow += again
 
     out: list[SeriesBatch] = [None] * len(batches)  # type: ignore[list-item]
@@ -980,7 +1182,7 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
     for b in sorted(slow, key=lambda x: x.index):
         malformed.pop(b.index, None)
         try:
-            out[b.index] = _slow_batch(buf, b.span[0], b.span[1], b.index)
+            out[b.index] = reader.slow_batch(buf, b.span[0], b.span[1], b.index)
         except MalformedBatchError as exc:
             malformed[b.index] = exc
     if malformed:
@@ -988,7 +1190,7 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
         # Broken bytes win over a bad batch, as with upb: re-parse the bad batches' bytes.
         for index in sorted(malformed):
             s, e = batches[index].span
-            cw.ColumnBatch.FromString(buf[s:e])
+            reader.parse_batch(buf[s:e])
         raise malformed[first]
     return DecodedRequest(rid, source, out)
 
