@@ -51,7 +51,7 @@ class Faults:
         self.loop: asyncio.AbstractEventLoop | None = None
 
     @web.middleware
-    async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.method != "POST":
             return await handler(request)
         self.loop = asyncio.get_running_loop()
@@ -88,7 +88,7 @@ def _series(server: LocalServer, channel: str = "a") -> list[float]:
 
 
 def _serve(tmp_path: Path, faults: Faults, **kw: Any) -> LocalServer:
-    return LocalServer(tmp_path / "data", http_port=0, http_middlewares=[faults], **kw).start()
+    return LocalServer(tmp_path / "data", http_port=0, http_middlewares=[faults.middleware], **kw).start()
 
 
 @pytest.mark.parametrize("fmt", ["row", "columnar"])
