@@ -1,0 +1,249 @@
+"""The local server's write path: one request becomes one durable, atomic commit, or nothing.
+
+:class:`_Committer` validates the whole request, then under the dataset's condition variable
+checks stored types and the idempotency ledger and reserves the key and new series types (a
+conflicting writer waits for the outcome), builds and writes the commit file in ``staging``
+without the lock, and publishes it by one ``rename`` into ``commits`` plus the dataset's shared
+directory fsync. So a request is stored entirely or not at all, and its idempotency key (in the
+file's manifest) is durable exactly when its data is. A gate refuses commits once the server
+stops (:class:`StoppingError`); leftovers in ``staging`` from a crash are removed on start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from beam_nominal._wire.batch import MalformedBatchError, SeriesBatch
+from beam_nominal.model import SeriesKey, ValueType
+from beam_nominal.server._durable import _fsync_dir, _write_commit_file, _write_durably
+from beam_nominal.server._format import _COMMITS, _DATASET_FILE, _HASHED_PREFIX, _STAGING, _build_commit, _dir_name
+from beam_nominal.server._validate import _validate, check_dataset_rid
+
+if TYPE_CHECKING:
+    # Types only: store imports this module (handlers get _Committer from there), so no import back at run time.
+    from beam_nominal.server.store import LocalStore, _Dataset
+
+
+class StoppingError(RuntimeError):
+    """The server is stopping: a write that arrives now is refused, nothing of it stored."""
+
+
+class _Committer:
+    """The server's write path over a :class:`LocalStore`: validate, stage, publish."""
+
+    def __init__(self, store: LocalStore) -> None:
+        self.store = store
+        self.data_dir = store.data_dir
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # gRPC's stop() cancels calls but cannot stop their handler threads. Without this gate a
+        # handler could still publish after stop() returned, while a new server on the same
+        # directory (which never saw that key) accepts the client's retry: one request, two copies.
+        self._gate = threading.Condition()
+        self._active = 0
+        self._closed = False
+        self._recover()
+
+    def close(self, timeout: float | None = 30.0) -> bool:
+        """Refuse new commits and wait for those in progress; True if none is left running."""
+        with self._gate:
+            self._closed = True
+            return self._gate.wait_for(lambda: self._active == 0, timeout)
+
+    @contextlib.contextmanager
+    def _admitted(self) -> Iterator[None]:
+        with self._gate:
+            if self._closed:
+                raise StoppingError("the server is stopping; nothing of this request was stored")
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._gate:
+                self._active -= 1
+                if self._active == 0:
+                    self._gate.notify_all()
+
+    def _recover(self) -> None:
+        for rid in self.store._dataset_dirs():
+            staging = self.data_dir / _dir_name(rid) / _STAGING
+            if staging.is_dir():
+                # A crash left a half-written commit: it was never acknowledged.
+                for leftover in staging.iterdir():
+                    if leftover.is_dir():
+                        shutil.rmtree(leftover, ignore_errors=True)
+                    else:
+                        leftover.unlink(missing_ok=True)
+            ds = self.store._dataset(rid, create=True)
+            assert ds is not None
+            ds.refresh()
+
+    def commit(
+        self,
+        rid: str,
+        batches: Sequence[SeriesBatch],
+        idempotency_key: str | None,
+        source_name: str | None = None,
+    ) -> bool:
+        """Store one request atomically; returns False when its idempotency key was already stored.
+
+        Raises:
+            InvalidRequestError: bad rid.
+            StoppingError: the server is stopping (retryable: nothing was stored).
+            MalformedBatchError: a name too long, or a value type conflicting with the stored or
+                another batch's type; names the batch index and channel.
+        """
+        with self._admitted():
+            return self._commit(rid, batches, idempotency_key, source_name)
+
+    def _commit(
+        self,
+        rid: str,
+        batches: Sequence[SeriesBatch],
+        idempotency_key: str | None,
+        source_name: str | None,
+    ) -> bool:
+        check_dataset_rid(rid)
+        types = _validate(batches)
+        if not any(map(len, batches)):
+            # Nothing to store, and a type is pinned by a first value; but an empty batch that
+            # contradicts a stored type is still an error.
+            existing = self.store._dataset(rid)
+            if existing is not None:
+                with existing.cond:
+                    self._busy(existing, types, None, batches)
+            return True
+        ds = self.store._dataset(rid, create=True)
+        assert ds is not None
+        with self._reserve(ds, batches, types, idempotency_key) as fresh:
+            if not fresh:
+                return False
+            self._publish(ds, batches, idempotency_key, source_name)
+        return True
+
+    @staticmethod
+    def _busy(
+        ds: _Dataset, types: Mapping[SeriesKey, ValueType], key: str | None, batches: Sequence[SeriesBatch]
+    ) -> bool:
+        """Whether to wait for writes in progress (caller holds ``ds.cond``).
+
+        Raises:
+            MalformedBatchError: a type conflicting with a stored series.
+        """
+        busy = key is not None and key in ds.pending_keys
+        series, pending_types = ds.series, ds.pending_types
+        for skey, vt in types.items():
+            stored = series.get(skey)
+            if stored is not None:
+                if stored.value_type is not vt:
+                    i = next(i for i, b in enumerate(batches) if b.key == skey)
+                    raise MalformedBatchError(
+                        i,
+                        skey.channel,
+                        f"value type {vt.value} conflicts with the stored type "
+                        f"{stored.value_type.value} of series {skey.describe()}",
+                    )
+                continue
+            pending = pending_types.get(skey)
+            if pending is not None and pending[0] is not vt:
+                busy = True
+        return busy
+
+    @contextlib.contextmanager
+    def _reserve(
+        self,
+        ds: _Dataset,
+        batches: Sequence[SeriesBatch],
+        types: Mapping[SeriesKey, ValueType],
+        key: str | None,
+    ) -> Iterator[bool]:
+        """Claim the idempotency key and pin new series types for the duration of one write.
+
+        Yields False, claiming nothing, when the key is already stored.
+        """
+        new_pins: list[SeriesKey] = []
+        with ds.cond:
+            # Wait while a write of the same key, or one pinning a type we disagree with, is in
+            # progress: its outcome decides whether we are a duplicate or a conflict.
+            while not (duplicate := key is not None and key in ds.keys) and self._busy(ds, types, key, batches):
+                ds.cond.wait()
+            if not duplicate:
+                if key is not None:
+                    ds.pending_keys.add(key)
+                for skey, vt in types.items():
+                    if skey not in ds.series:
+                        pinned = ds.pending_types.get(skey)
+                        ds.pending_types[skey] = (vt, (pinned[1] if pinned else 0) + 1)
+                        new_pins.append(skey)
+        if duplicate:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            with ds.cond:
+                if key is not None:
+                    ds.pending_keys.discard(key)
+                for skey in new_pins:
+                    vt, n = ds.pending_types[skey]
+                    if n == 1:
+                        del ds.pending_types[skey]
+                    else:
+                        ds.pending_types[skey] = (vt, n - 1)
+                ds.cond.notify_all()
+
+    def _publish(self, ds: _Dataset, batches: Sequence[SeriesBatch], key: str | None, source_name: str | None) -> None:
+        commits = ds.root / _COMMITS
+        if not ds.ready:
+            if not commits.is_dir():
+                ds.root.mkdir(exist_ok=True)
+                if ds.root.name.startswith(_HASHED_PREFIX):
+                    # Before ``commits`` exists, so any listed dataset directory names its rid.
+                    body = json.dumps({"rid": ds.rid}).encode("utf-8")
+                    with contextlib.suppress(FileExistsError):
+                        _write_durably(ds.root / _DATASET_FILE, lambda f: f.write(body))
+                commits.mkdir(exist_ok=True)
+                _fsync_dir(ds.root)
+                _fsync_dir(self.data_dir)
+            (ds.root / _STAGING).mkdir(exist_ok=True)
+            ds.ready = True
+        staging = ds.root / _STAGING / f"{uuid.uuid4().hex}.parquet"
+        try:
+            meta = {
+                "dataset_rid": ds.rid,
+                "idempotency_key": key,
+                "source_name": source_name,
+                "written_ns": time.time_ns(),
+            }
+            table, entries, manifest = _build_commit(batches, meta)
+            _write_commit_file(staging, table, manifest)
+            del table
+            tag = hashlib.sha256(key.encode("utf-8")).hexdigest()[:32] if key is not None else uuid.uuid4().hex
+            # The file is written without the lock; numbering and renaming take it so commit
+            # order (= arrival order for readers) follows the sequence numbers.
+            with ds.cond:
+                seq = ds.next_seq
+                ds.next_seq += 1  # even if publishing fails below, the number is never reused
+                name = f"{seq:012d}-{tag}.parquet"
+                os.rename(staging, commits / name)
+        except BaseException:
+            staging.unlink(missing_ok=True)
+            raise
+        try:
+            # Outside the lock, and shared: one directory fsync covers every commit renamed
+            # before it started. The reply waits for it, so nothing is acknowledged before its
+            # rename is durable.
+            ds.sync.wait(ds.sync.join())
+        finally:
+            # Renamed means visible to readers; index it even if the fsync failed so a retry of
+            # the same key is not stored twice.
+            with ds.cond:
+                ds.apply(name, seq, key, entries)
