@@ -25,22 +25,24 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+from google.protobuf.message import DecodeError
 
 from beam_nominal._wire import reference_row
 from beam_nominal._wire._proto.nominal.write import nominal_write_pb2 as nw
 from beam_nominal._wire._varint import I64, U8, U64, varint_bytes, varint_lengths
 from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
 from beam_nominal._wire.decode import (
-    _combine,
     _decode_fixed_19,
     _Fallback,
     _fixed_14_ns,
+    _len2,
     _length,
     _map_entry,
+    _out_of_range,
     _single_member,
     _skip,
     _tag,
@@ -100,6 +102,7 @@ _INTEGER = (ValueType.INT64, ValueType.UINT64)
 _STRINGISH = (ValueType.STRING, ValueType.STRUCT)
 # Point bytes besides the timestamp: the point's tag and length, and a double's tag and 8 bytes.
 _DOUBLE_EXTRA = 2 + 9
+_NS = 1_000_000_000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -447,6 +450,14 @@ def decode_write_nominal(data: bytes | bytearray | memoryview, dataset_rid: str)
     spans: list[tuple[int, int]] = []
     pos = 0
     while pos < end:
+        if buf[pos] == 0x0A and pos + 3 < end:
+            # A Series (the usual field), its length inline.
+            n, s = _len2(buf, pos + 1, end, "request")
+            pos = s + n
+            if pos > end:
+                raise DecodeError(f"request: field of {n} bytes runs past the end of its message")
+            spans.append((s, pos))
+            continue
         field, wt, pos = _tag(buf, pos, end, "request")
         if wt != 2 or field > 2:
             pos = _skip(buf, pos, end, field, wt, "request")
@@ -456,26 +467,49 @@ def decode_write_nominal(data: bytes | bytearray | memoryview, dataset_rid: str)
             spans.append((s, pos))
         else:
             session = _text(buf, s, pos, "session_name")
-    out: list[SeriesBatch] = []
-    malformed: list[int] = []
-    first: MalformedBatchError | None = None
+
+    out: list[SeriesBatch | None] = [None] * len(spans)
+    malformed: dict[int, MalformedBatchError] = {}
+    # Numeric series by points member (and layout, see _group_key): their points are decoded
+    # together, as one region, when they allow it.
+    groups: dict[tuple[int, int, int], list[_Walked]] = {}
+    slow: list[int] = []
     for i, (s, e) in enumerate(spans):
         try:
-            try:
-                out.append(_series(buf, s, e, i))
-            except _Fallback:
-                out.append(_slow_series(buf, s, e, i))
+            walked = _walk_series(buf, s, e, i)
+        except _Fallback:
+            slow.append(i)
+            continue
         except MalformedBatchError as exc:
-            malformed.append(i)
-            if first is None:
-                first = exc
-    if first is not None:
+            malformed[i] = exc
+            continue
+        if walked.field in _VALUE_TYPES and _VALUE_TYPES[walked.field].numpy_dtype is not None:
+            groups.setdefault(_group_key(buf, walked), []).append(walked)
+        else:
+            slow.append(i)
+    for members in groups.values():
+        decoded = _numeric_group(buf, members)
+        for w in members:
+            if decoded is not None:
+                out[w.at] = decoded[w.at]
+                continue
+            try:
+                ns, values = _numeric_points(buf, w.field, w.start, w.stop)
+                out[w.at] = SeriesBatch(w.key, _VALUE_TYPES[w.field], ns, values)
+            except _Fallback:
+                slow.append(w.at)
+    for i in slow:
+        try:
+            out[i] = _slow_series(buf, spans[i][0], spans[i][1], i)
+        except MalformedBatchError as exc:
+            malformed[i] = exc
+    if malformed:
         # Broken bytes win over a bad series, as with upb: a bad series' bytes may not all have
         # been read, so upb reads them.
-        for i in malformed:
+        for i in sorted(malformed):
             nw.Series.FromString(buf[spans[i][0] : spans[i][1]])
-        raise first
-    return DecodedRequest(dataset_rid, session, out)
+        raise malformed[min(malformed)]
+    return DecodedRequest(dataset_rid, session, out)  # type: ignore[arg-type]
 
 
 def _slow_series(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
@@ -492,22 +526,81 @@ _VALUE_TYPES = {
 }
 
 
-def _series(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
-    """One ``Series``, its points read with numpy.
+class _Walked(NamedTuple):
+    """A ``Series`` whose key is read: its points member (field) and that member's bytes."""
+
+    at: int
+    key: SeriesKey
+    field: int
+    start: int
+    stop: int
+
+
+# Series key prefixes (the bytes of a series' channel and tags fields, up to its points
+# field) already parsed, and the key they give: series repeat across requests, so most cost
+# one slice and one lookup. Bounded; cleared when full (a racing clear only costs a re-parse).
+_PREFIX_CACHE: dict[bytes, SeriesKey] = {}
+_PREFIX_CACHE_SIZE = 100_000
+
+
+def _walk_series(buf: bytes, start: int, stop: int, index: int) -> _Walked:
+    """Read a ``Series``' key and find its points member.
 
     Raises:
-        _Fallback: a layout only upb reads (repeated message fields, which protobuf merges;
-            points in a form no vector path here recognises).
+        _Fallback: a layout only upb reads (a repeated channel or points field, which
+            protobuf merges; a points member set twice).
+        MalformedBatchError: no channel, or no points type.
     """
     where = f"series[{index}]"
+    # The usual layout, channel and tags then points: the key from the cache.
+    p = buf.find(b"\x1a", start, stop)
+    key: SeriesKey | None = _PREFIX_CACHE.get(buf[start:p]) if p > start else None
+    points: tuple[int, int] | None = None
+    if key is not None and p + 2 < stop:
+        n, q = _len2(buf, p + 1, stop, where)
+        if q + n == stop:
+            points = (q, stop)
+    if key is None or points is None:
+        key, points = _walk_fields(buf, start, stop, index, where)
+    if points is None:
+        raise MalformedBatchError(index, key.channel, "points type not set")
+    s, e = points
+    member: tuple[int, int, int] | None = None
+    if s + 2 < e and buf[s] in _MEMBER_KEYS:
+        # The usual Points: one member spanning all of it.
+        n, q = _len2(buf, s + 1, e, where)
+        if q + n == e:
+            member = (buf[s] >> 3, q, e)
+    if member is None:
+        member = _single_member(buf, [points], f"{where}.points")
+        if member is None:
+            raise MalformedBatchError(index, key.channel, "points type not set")
+    field, s, e = member
+    if field == 4:
+        kind = _single_member(buf, [(s, e)], f"{where}.points")
+        if kind is None or kind[0] > 2:
+            raise MalformedBatchError(index, key.channel, "array points type not set")
+    return _Walked(index, key, field, s, e)
+
+
+_MEMBER_KEYS = frozenset({0x0A, 0x12, 0x1A, 0x22, 0x2A, 0x32})
+
+
+def _walk_fields(
+    buf: bytes, start: int, stop: int, index: int, where: str
+) -> tuple[SeriesKey, tuple[int, int] | None]:
+    """A ``Series``' fields in any order: (key, span of its points field or None)."""
     channel: str | None = None
     tags: dict[str, str] = {}
     points: tuple[int, int] | None = None
+    prefix_end = -1  # where the channel and tags fields end, if they all come first
     pos = start
     while pos < stop:
+        field_at = pos
         field, wt, pos = _tag(buf, pos, stop, where)
         if wt != 2 or field > 3:
             pos = _skip(buf, pos, stop, field, wt, where)
+            prefix_end = -2
             continue
         s, pos = _length(buf, pos, stop, where)
         if field == 1:
@@ -522,26 +615,16 @@ def _series(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
             if points is not None:
                 raise _Fallback
             points = (s, pos)
-    member = _single_member(buf, [points], f"{where}.points") if points is not None else None
+            if prefix_end == -1:
+                prefix_end = field_at
     if channel is None:
         raise MalformedBatchError(index, "", "channel not set")
-    if member is None:
-        raise MalformedBatchError(index, channel, "points type not set")
-    field, s, e = member
     key = SeriesKey(channel, tuple(sorted(tags.items())) if tags else ())
-    if field == 4:
-        kind = _single_member(buf, [(s, e)], f"{where}.points")
-        if kind is None or kind[0] > 2:
-            raise MalformedBatchError(index, channel, "array points type not set")
-        raise _Fallback
-    vt = _VALUE_TYPES[field]
-    if vt is ValueType.DOUBLE:
-        ns, values = _doubles(buf, s, e, index, channel)
-    elif vt in _INTEGER:
-        ns, values = _fixed_integers(buf, s, e, vt, index, channel)
-    else:
-        raise _Fallback
-    return SeriesBatch(key, vt, ns, values)
+    if prefix_end > start and points is not None and points[1] == stop:
+        if len(_PREFIX_CACHE) >= _PREFIX_CACHE_SIZE:
+            _PREFIX_CACHE.clear()
+        _PREFIX_CACHE[buf[start:prefix_end]] = key
+    return key, points
 
 
 def _channel_name(buf: bytes, start: int, stop: int, where: str) -> str:
@@ -557,14 +640,53 @@ def _channel_name(buf: bytes, start: int, stop: int, where: str) -> str:
     return name
 
 
-def _doubles(buf: bytes, start: int, stop: int, index: int, channel: str) -> tuple[I64, npt.NDArray[np.float64]]:
-    """(timestamps, values) of the points of ``DoublePoints`` bytes."""
-    fixed = _fixed_layout(buf, start, stop, 0x11, 8, index, channel)
-    if fixed is None:
-        return _canonical_doubles(buf, start, stop, index, channel)
-    n, stride, ns = fixed
-    values = np.ndarray((n,), dtype="<f8", buffer=buf, offset=start + stride - 8, strides=(stride,))
-    return ns, values.astype(np.float64)
+def _group_key(buf: bytes, w: _Walked) -> tuple[int, int, int]:
+    """Numeric series decoded together: doubles all in one group, integers by the layout of
+    their first point (our padded varints have a width per series, so a stride per group)."""
+    if w.field == 1 or w.stop - w.start < 4:
+        return w.field, 0, 0
+    return w.field, buf[w.start + 1], buf[w.start + 3]
+
+
+def _numeric_points(buf: bytes, field: int, start: int, stop: int) -> tuple[I64, npt.NDArray[Any]]:
+    """(timestamps, values) of the points of one numeric member.
+
+    Raises:
+        _Fallback: a layout no vector path reads, or a timestamp near or past the int64 limits
+            (upb then names it).
+    """
+    if field == 1:
+        ns, values, _ = _doubles(buf, start, stop)
+        return ns, values
+    ns, values, _ = _fixed_integers(buf, start, stop, _VALUE_TYPES[field])
+    return ns, values
+
+
+def _numeric_group(buf: bytes, members: list[_Walked]) -> dict[int, SeriesBatch] | None:
+    """Decode several series' points of one member as one region (their bytes joined): a
+    concatenation of valid points is valid points, and each series' share is checked to start
+    on a point. None if the joined region does not decode (each is then tried alone)."""
+    if len(members) == 1:
+        return None
+    field = members[0].field
+    sizes = [w.stop - w.start for w in members]
+    joined = b"".join([buf[w.start : w.stop] for w in members])
+    bounds = np.zeros(len(members) + 1, dtype=np.int64)
+    np.cumsum(np.array(sizes, dtype=np.int64), out=bounds[1:])
+    try:
+        if field == 1:
+            ns, values, counts = _doubles(joined, 0, len(joined), bounds)
+        else:
+            ns, values, counts = _fixed_integers(joined, 0, len(joined), _VALUE_TYPES[field], bounds)
+    except _Fallback:
+        return None
+    vt = _VALUE_TYPES[field]
+    out = {}
+    off = 0
+    for w, c in zip(members, counts.tolist(), strict=True):
+        out[w.at] = SeriesBatch(w.key, vt, ns[off : off + c], values[off : off + c])
+        off += c
+    return out
 
 
 _U = np.uint64
@@ -686,9 +808,36 @@ def _double_candidates(arr: U8) -> I64:
     return np.concatenate(parts) if len(parts) != 1 else parts[0]
 
 
+def _doubles(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tuple[I64, npt.NDArray[Any], I64]:
+    """(timestamps, values, points per region) of ``DoublePoints`` bytes, in our fixed-width
+    layout or as prost and upb write them; ``bounds``: offsets (from ``start``) of the regions
+    of several series, the last one the end (default: one region).
+
+    Raises:
+        _Fallback: a layout no vector path reads, a region that does not start on a point, or a
+            timestamp near or past the int64 limits (upb then names it).
+    """
+    fixed = _fixed_layout(buf, start, stop, 0x11, 8, bounds)
+    if fixed is None:
+        return _canonical_doubles(buf, start, stop, bounds)
+    n, stride, ns, counts = fixed
+    if n == 0:
+        return ns, np.empty(0, dtype=np.float64), counts
+    values = np.ndarray((n,), dtype="<f8", buffer=buf, offset=start + stride - 8, strides=(stride,))
+    return ns, values.astype(np.float64), counts
+
+
+def _timestamps_ns(sec: I64, nanos: I64) -> I64:
+    """seconds * 1e9 + nanos; _Fallback outside int64 nanoseconds (upb then names the point)."""
+    if _out_of_range(sec, nanos) is not None:
+        raise _Fallback
+    out: I64 = sec * _NS + nanos
+    return out
+
+
 def _canonical_doubles(
-    buf: bytes, start: int, stop: int, index: int, channel: str
-) -> tuple[I64, npt.NDArray[np.float64]]:
+    buf: bytes, start: int, stop: int, bounds: I64 | None
+) -> tuple[I64, npt.NDArray[np.float64], I64]:
     """``DoublePoints`` as prost and upb write them: minimal varints, zero fields omitted.
 
     Every point is ``0a L`` + ``[0a T [08 seconds] [10 nanos]] [11 <8 bytes>]``: the chain of
@@ -697,8 +846,7 @@ def _canonical_doubles(
 
     Raises:
         _Fallback: anything else (fields in another order or repeated, unknown fields, varints
-            of more than 7 bytes such as pre-1970 seconds); upb reads the series.
-        MalformedBatchError: a timestamp outside int64 nanoseconds.
+            of more than 7 bytes such as pre-1970 seconds), or a region not starting on a point.
     """
     arr = np.frombuffer(buf, dtype=np.uint8, count=stop - start, offset=start)
     if arr.shape[0] < 2:
@@ -707,6 +855,7 @@ def _canonical_doubles(
     if chain is None:
         raise _Fallback
     n = chain.shape[0]
+    counts = _region_counts(chain, bounds, arr.shape[0])
     # Bytes are read at absolute offsets: up to 3 past a point's start may lie past the
     # region, inside the buffer; a buffer that ends sooner gets 3 zero bytes in a copy.
     full = np.frombuffer(buf if stop + 3 <= len(buf) else buf + bytes(3), dtype=np.uint8)
@@ -717,7 +866,19 @@ def _canonical_doubles(
     for b0 in range(0, n, _POINT_BLOCK):
         b1 = min(b0 + _POINT_BLOCK, n)
         _double_block(full, words, chain[b0:b1] + start, sec[b0:b1], nanos[b0:b1], values[b0:b1])
-    return _combine(sec, nanos, index, channel), values
+    return _timestamps_ns(sec, nanos), values, counts
+
+
+def _region_counts(chain: I64, bounds: I64 | None, total: int) -> I64:
+    """Points in each region between ``bounds``, each of which must start a point (or be the end)."""
+    if bounds is None:
+        return np.array([chain.shape[0]], dtype=np.int64)
+    starts = bounds[:-1]
+    at = chain.searchsorted(starts)
+    inside = at < chain.shape[0]
+    if not ((chain[at[inside]] == starts[inside]).all() and (starts[~inside] == total).all()):
+        raise _Fallback
+    return np.diff(np.append(at, chain.shape[0]))
 
 
 def _double_block(full: U8, words: _Words, chain: I64, sec_out: I64, nanos_out: I64,
@@ -801,56 +962,68 @@ def _timestamp_bodies(words: _Words, body: I64, t_len: I64) -> tuple[U64, U64]:
 
 
 def _fixed_integers(
-    buf: bytes, start: int, stop: int, vt: ValueType, index: int, channel: str
-) -> tuple[I64, npt.NDArray[Any]]:
-    """(timestamps, values) of integer points whose varints are padded to one width."""
+    buf: bytes, start: int, stop: int, vt: ValueType, bounds: I64 | None = None
+) -> tuple[I64, npt.NDArray[Any], I64]:
+    """(timestamps, values, points per region) of integer points whose varints are padded to
+    one width, as our encoder writes them (anything else: _Fallback, as for :func:`_doubles`)."""
     if stop - start < 4:
+        if stop == start:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=vt.numpy_dtype), _region_counts(
+                np.empty(0, dtype=np.int64), bounds, 0)
         raise _Fallback
     width = buf[start + 1] - 1 - (buf[start + 3] + 2)
     if not 1 <= width <= 10:
         raise _Fallback
-    fixed = _fixed_layout(buf, start, stop, 0x10, width, index, channel)
+    fixed = _fixed_layout(buf, start, stop, 0x10, width, bounds)
     if fixed is None:
         raise _Fallback
-    n, stride, ns = fixed
+    n, stride, ns, counts = fixed
     rows = np.ndarray((n, width), dtype=np.uint8, buffer=buf, offset=start + stride - width, strides=(stride, 1))
     if n and not ((rows[:, :-1] >= 0x80).all() and (rows[:, -1] < (0x02 if width == 10 else 0x80)).all()):
         raise _Fallback
     values = np.zeros(n, dtype=np.uint64)
     for k in range(width):
         values |= (rows[:, k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-    return ns, values.view(np.int64) if vt is ValueType.INT64 else values
+    return ns, values.view(np.int64) if vt is ValueType.INT64 else values, counts
 
 
 def _fixed_layout(
-    buf: bytes, start: int, stop: int, value_key: int, value_bytes: int, index: int, channel: str
-) -> tuple[int, int, I64] | None:
+    buf: bytes, start: int, stop: int, value_key: int, value_bytes: int, bounds: I64 | None
+) -> tuple[int, int, I64, I64] | None:
     """Points as our encoder writes them: every row ``0a L`` + fixed-width Timestamp (field key
-    ``0a``) + ``value_key`` + ``value_bytes``, with one stride; (points, stride, timestamps),
-    or None for any other layout. The value bytes are the caller's to check.
+    ``0a``) + ``value_key`` + ``value_bytes``, with one stride; (points, stride, timestamps,
+    points per region), or None for any other layout. The value bytes are the caller's to check.
 
     Raises:
-        MalformedBatchError: a timestamp outside int64 nanoseconds.
+        _Fallback: a timestamp near or past the int64 limits (upb then names it).
     """
     total = stop - start
     if total == 0:
-        return 0, 0, np.empty(0, dtype=np.int64)
+        return 0, 0, np.empty(0, dtype=np.int64), _region_counts(np.empty(0, dtype=np.int64), bounds, 0)
     if total < 4 or buf[start] != 0x0A or buf[start + 2] != 0x0A:
         return None
     tsw = buf[start + 3] + 2
     stride = 2 + tsw + 1 + value_bytes
     if tsw not in (TIMESTAMP_BYTES, TIMESTAMP_BYTES_NEGATIVE) or buf[start + 1] != stride - 2 or total % stride:
         return None
+    if bounds is None:
+        counts = np.array([total // stride], dtype=np.int64)
+    else:
+        sizes = np.diff(bounds)
+        if (sizes % stride).any():
+            return None
+        counts = sizes // stride
     n = total // stride
     head = np.ndarray((n,), dtype="<u2", buffer=buf, offset=start, strides=(stride,))
     key = np.ndarray((n,), dtype=np.uint8, buffer=buf, offset=start + 2 + tsw, strides=(stride,))
     if not ((head == (0x0A | (stride - 2) << 8)).all() and (key == value_key).all()):
         return None
     if tsw == TIMESTAMP_BYTES:
-        # None also near the int64 limits: upb then names the bad timestamp.
         ns = _fixed_14_ns(buf, n, start + 2, stride, 0x0A)
-        return None if ns is None else (n, stride, ns)
+        if ns is None:  # not the fixed form after all, or near the int64 limits
+            raise _Fallback
+        return n, stride, ns, counts
     ok, sec, nanos = _decode_fixed_19(buf, n, start + 2, stride, 0x0A)
     if not ok.all():
         return None
-    return n, stride, _combine(sec, nanos, index, channel)
+    return n, stride, _timestamps_ns(sec, nanos), counts
