@@ -525,15 +525,7 @@ def _len2(buf: bytes, pos: int, end: int, where: str) -> tuple[int, int]:
 # What a field of a batch (or of its points message) holds. Value members are numbered, here and
 # below, as ColumnValues numbers them: 1 doubles, 2 strings, 3 int64s, 4 uint64s, 5 arrays, 6 structs.
 _CHANNEL, _TAGS, _TIMESTAMPS, _VALUES, _POINTS, _TEXT, _REFUSED = range(-1, -8, -1)
-_KINDS = {
-    ValueType.DOUBLE: 1,
-    ValueType.STRING: 2,
-    ValueType.INT64: 3,
-    ValueType.UINT64: 4,
-    ValueType.DOUBLE_ARRAY: 5,
-    ValueType.STRING_ARRAY: 5,
-    ValueType.STRUCT: 6,
-}
+_KINDS = COLUMN_BATCHES.members
 
 
 class ColumnReader:
