@@ -1,11 +1,13 @@
 """``beam-nominal``: run the local ingest server, or inspect what one stored.
 
-    beam-nominal serve --data-dir DIR [--host 127.0.0.1] [--port 50051] [--token T]
+    beam-nominal serve --data-dir DIR [--host 127.0.0.1] [--port 50051] [--http-port N] [--token T]
                        [--tls-cert F --tls-key F]
     beam-nominal inspect (--data-dir DIR | --target URL) [--dataset RID] [--channel C] [--token T]
 
-``serve`` prints exactly one line, ``listening on grpc://HOST:PORT``, once it accepts calls, and
-stops gracefully on SIGINT/SIGTERM. The token may also come from the ``NOMINAL_TOKEN`` variable.
+``serve`` prints exactly one line once it accepts calls, ``listening on grpc://HOST:PORT``, or with
+``--http-port`` ``listening on grpc://HOST:PORT and http://HOST:PORT/api`` (the second URL is the
+base URL Nominal's HTTP clients take; ``grpcs``/``https`` with TLS), and stops gracefully on
+SIGINT/SIGTERM. The token may also come from the ``NOMINAL_TOKEN`` variable.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--data-dir", required=True, help="where datasets are stored (created if missing)")
     s.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback)")
     s.add_argument("--port", type=int, default=50051, help="port; 0 picks a free one (default: 50051)")
+    s.add_argument(
+        "--http-port", type=int, help="also serve Nominal's HTTP write API on this port; 0 picks a free one"
+    )
     s.add_argument("--token", help=f"require 'authorization: Bearer TOKEN' (default: ${_TOKEN_ENV})")
     s.add_argument("--tls-cert", help="PEM certificate chain; with --tls-key serves grpcs://")
     s.add_argument("--tls-key", help="PEM private key")
@@ -77,13 +82,15 @@ def _serve(args: argparse.Namespace) -> int:
         token=token,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
+        http_port=args.http_port,
     )
     try:
         server.start()
     except (RuntimeError, OSError) as exc:
         print(f"beam-nominal serve: {exc}", file=sys.stderr)
         return 1
-    print(f"listening on {server.target}", flush=True)
+    http = f" and {server.http_url}" if args.http_port is not None else ""
+    print(f"listening on {server.target}{http}", flush=True)
     # Event.wait with a timeout wakes up for signals on every platform.
     while not stop.wait(1.0):
         pass

@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import re
+import ssl
+import tempfile
 from collections.abc import Mapping, Sequence
 from concurrent import futures
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import pyarrow as pa
@@ -24,6 +26,11 @@ from beam_nominal.server.service import (
     table_from_read_response,
 )
 from beam_nominal.server.store import LocalStore, SeriesInfo, _Committer
+
+if TYPE_CHECKING:
+    from aiohttp.typedefs import Middleware
+
+    from beam_nominal.server.http import HttpListener
 
 __all__ = ["LocalServer", "RemoteStore", "parse_target"]
 
@@ -48,6 +55,18 @@ def parse_target(target: str) -> tuple[str, bool]:
     return m["address"], m["scheme"] == "grpcs"
 
 
+def _ssl_context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
+    """A TLS server context from PEM bytes (the ssl module loads certificates from files only)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with tempfile.TemporaryDirectory(prefix="beam-nominal-tls-") as d:  # mode 0700: the key stays private
+        cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+        for path, data in ((cert, cert_pem), (key, key_pem)):
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+                f.write(data)
+        ctx.load_cert_chain(cert, key)
+    return ctx
+
+
 def _read_bytes(path_or_bytes: str | os.PathLike[str] | bytes) -> bytes:
     if isinstance(path_or_bytes, bytes):
         return path_or_bytes
@@ -70,7 +89,12 @@ class LocalServer:
         tls_key: PEM private key (path or bytes).
         interceptors: extra ``grpc.ServerInterceptor`` s, run after the token check, e.g. to
             inject faults in tests.
-        max_workers: request handler threads.
+        max_workers: request handler threads (per listener).
+        http_port: if not None, also serve Nominal's HTTP write API on this port of the same
+            host (0 picks a free one; see :attr:`http_url`): same store and idempotency ledger,
+            same token, HTTPS with the same certificate. See :mod:`beam_nominal.server.http`.
+        http_middlewares: aiohttp middlewares run after the HTTP token check (the HTTP
+            fault-injection seam).
     """
 
     def __init__(
@@ -83,6 +107,8 @@ class LocalServer:
         tls_key: str | os.PathLike[str] | bytes | None = None,
         interceptors: Sequence[grpc.ServerInterceptor[Any, Any]] = (),
         max_workers: int = 8,
+        http_port: int | None = None,
+        http_middlewares: Sequence[Middleware] = (),
     ) -> None:
         if (tls_cert is None) != (tls_key is None):
             raise ValueError("TLS needs both tls_cert and tls_key")
@@ -96,6 +122,9 @@ class LocalServer:
         self._server: grpc.Server | None = None
         self._port: int | None = None
         self._committer: _Committer | None = None
+        self._http_port = http_port
+        self._http_middlewares = list(http_middlewares)
+        self._http: HttpListener | None = None
 
     @property
     def port(self) -> int:
@@ -109,6 +138,20 @@ class LocalServer:
         """``grpc://HOST:PORT`` (``grpcs://`` with TLS) for clients."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{'grpcs' if self._tls else 'grpc'}://{host}:{self.port}"
+
+    @property
+    def http_port(self) -> int:
+        """The HTTP listener's bound port (known once started with ``http_port``)."""
+        if self._http is None:
+            raise RuntimeError("LocalServer has no HTTP listener (started with http_port?)")
+        return self._http.port
+
+    @property
+    def http_url(self) -> str:
+        """``http://HOST:PORT/api`` (``https://`` with TLS): the base URL Nominal's clients take."""
+        if self._http is None:
+            raise RuntimeError("LocalServer has no HTTP listener (started with http_port?)")
+        return self._http.url
 
     def start(self) -> LocalServer:
         """Recover the data dir (drop unfinished commits, index the rest), bind and serve.
@@ -145,20 +188,44 @@ class LocalServer:
             raise RuntimeError(f"cannot bind {address}: {exc}") from None
         if port == 0:
             raise RuntimeError(f"cannot bind {address}")
+        http = None
+        if self._http_port is not None:
+            from beam_nominal.server.http import HttpListener
+
+            http = HttpListener(
+                committer,
+                self.host,
+                self._http_port,
+                token=self._token,
+                ssl_context=_ssl_context(self._tls[1], self._tls[0]) if self._tls else None,
+                middlewares=self._http_middlewares,
+                max_workers=self._max_workers,
+            )
+            try:
+                http.start()
+            except (RuntimeError, OSError, ssl.SSLError):
+                server.stop(None)
+                committer.close()
+                raise
         server.start()
-        self._server, self._port, self._committer = server, port, committer
+        self._server, self._port, self._committer, self._http = server, port, committer, http
         return self
 
     def stop(self, grace: float | None = 5.0) -> None:
-        """Stop accepting calls, let calls in progress finish for up to ``grace`` seconds, return.
+        """Stop accepting calls (gRPC and HTTP), let calls in progress finish for up to ``grace`` seconds, return.
 
         When this returns, no handler of this server commits anything more: a commit already
         writing is waited for (it is bounded by the disk), later ones are refused with UNAVAILABLE.
         So a new server on the same directory sees every request this one acknowledged.
         """
         server, self._server = self._server, None
+        http, self._http = self._http, None
         if server is not None:
-            server.stop(grace).wait()
+            # Both listeners drain at once, and close before the committer, whose gate has the last word.
+            stopped = server.stop(grace)
+            if http is not None:
+                http.stop(grace)
+            stopped.wait()
             if self._committer is not None and not self._committer.close():
                 _log.warning("LocalServer.stop: a commit was still running after 30 s")
 

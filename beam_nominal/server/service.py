@@ -7,10 +7,11 @@ objects the generated classes would build.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 import numpy as np
@@ -31,7 +32,9 @@ __all__ = [
     "READ_SERVICE",
     "SERVER_NAME",
     "TokenInterceptor",
+    "WriteRefusal",
     "WriterService",
+    "classify_write_error",
     "column_values",
     "table_from_read_response",
 ]
@@ -125,21 +128,63 @@ class WriterService:
     ) -> bytes:
         try:
             decoded = decode(request)
-        except MalformedBatchError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except (DecodeError, ValueError, OverflowError) as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a valid {what}: {exc}")
+        except Exception as exc:
+            _abort_or_raise(context, exc, what)
         try:
             self._committer.commit(decoded.dataset_rid, decoded.batches, _idempotency_key(context), decoded.source_name)
-        except (MalformedBatchError, InvalidRequestError) as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except StoppingError as exc:
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        except OSError as exc:
-            _log.exception("commit of dataset %r failed", decoded.dataset_rid)
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"storage error, nothing stored: {exc}")
+        except Exception as exc:
+            _abort_or_raise(context, exc, None, decoded.dataset_rid)
         # An empty WriteColumnBatchesResponse / WriteBatchesResponse serialises to no bytes.
         return b""
+
+
+def _abort_or_raise(
+    context: grpc.ServicerContext, exc: Exception, what: str | None, rid: str | None = None
+) -> NoReturn:
+    refusal = classify_write_error(exc, what, rid)
+    if refusal is None:
+        raise exc
+    context.abort(refusal.grpc_code, refusal.detail)
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteRefusal:
+    """How a write that raised is answered; one decision for the gRPC and the HTTP handlers.
+
+    ``error`` is a short stable name (the HTTP JSON body's ``error``), ``detail`` the message.
+    ``retryable``: nothing was stored and the same request may succeed later (gRPC UNAVAILABLE,
+    HTTP 503 with ``Retry-After``); otherwise the request itself is at fault (INVALID_ARGUMENT, 400).
+    """
+
+    error: str
+    detail: str
+    retryable: bool
+
+    @property
+    def grpc_code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE if self.retryable else grpc.StatusCode.INVALID_ARGUMENT
+
+    @property
+    def http_status(self) -> int:
+        return 503 if self.retryable else 400
+
+
+def classify_write_error(exc: Exception, what: str | None, rid: str | None = None) -> WriteRefusal | None:
+    """The answer to a write whose decoding (``what``: the message name) or commit (``what`` None) raised.
+
+    None for anything else: a server fault, left to propagate. A storage error is logged here
+    (with ``rid``), so each handler need not.
+    """
+    if isinstance(exc, MalformedBatchError | InvalidRequestError):
+        return WriteRefusal("invalid_request", str(exc), retryable=False)
+    if what is not None and isinstance(exc, DecodeError | ValueError | OverflowError):
+        return WriteRefusal("malformed_request", f"not a valid {what}: {exc}", retryable=False)
+    if what is None and isinstance(exc, StoppingError):
+        return WriteRefusal("unavailable", str(exc), retryable=True)
+    if what is None and isinstance(exc, OSError):
+        _log.error("commit of dataset %r failed", rid, exc_info=exc)
+        return WriteRefusal("storage_error", f"storage error, nothing stored: {exc}", retryable=True)
+    return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,737 @@
+"""The local server's HTTP listener: Nominal's two HTTP write forms, encodings, limits, auth, idempotency.
+
+Every test talks to a real ``LocalServer`` (or a ``beam-nominal serve`` process) over real HTTP on
+loopback with the standard library's ``http.client``, and reads back from the store. Request bodies
+are built with the generated protobuf classes, as a client would.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import gzip
+import http.client
+import json
+import re
+import resource
+import signal
+import ssl
+import subprocess
+import sys
+import threading
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import cramjam
+import grpc
+import numpy as np
+import pytest
+import zstandard
+from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from beam_nominal._wire import metadata as md
+from beam_nominal._wire._proto.nominal.direct_channel_writer.v2 import direct_nominal_channel_writer_pb2 as dcw
+from beam_nominal._wire._proto.nominal.write import nominal_write_pb2 as nw
+from beam_nominal._wire.batch import SeriesBatch
+from beam_nominal._wire.encode import encode_request
+from beam_nominal.model import SeriesKey, ValueType
+from beam_nominal.server import LocalServer, LocalStore
+from beam_nominal.server.http import BodyTooLargeError, decompress_body, snappy_framed_size
+
+pytestmark = pytest.mark.timeout(120)
+
+TOKEN = "http-s3cret"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+PROTO = {"Content-Type": "application/x-protobuf"}
+T = 1_700_000_000_123_456_789
+NAN, INF = float("nan"), float("inf")
+ENCODINGS = ["identity", "zstd", "gzip", "x-snappy-framed"]
+
+# (channel, tags, value type, values); timestamps are TS, in order.
+TS = [T + 1, T + 2, T + 3, T + 4]
+CASES: list[tuple[str, dict[str, str], ValueType, list[Any]]] = [
+    ("d", {"unit": "m", "car": "é"}, ValueType.DOUBLE, [-0.0, NAN, INF, 1.5]),
+    ("i", {}, ValueType.INT64, [2**53 + 1, -(2**63), 2**63 - 1, 0]),
+    ("u", {"k": ""}, ValueType.UINT64, [2**64 - 1, 0, 2**63 + 1, 7]),
+    ("s", {}, ValueType.STRING, ["", "héllo ✓", "日本", "x"]),
+    ("st", {}, ValueType.STRUCT, ['{"a":1}', "{}", '{"b":[1,2]}', '{"n":null}']),
+    ("da", {}, ValueType.DOUBLE_ARRAY, [[1.0, 2.0], [], [NAN], [3.5, -INF]]),
+    ("sa", {"x": "1"}, ValueType.STRING_ARRAY, [["a", ""], [], ["ü"], ["b", "c"]]),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Request bodies, as a client builds them
+# ---------------------------------------------------------------------------------------------
+
+
+def row_body(cases: list[tuple[str, dict[str, str], ValueType, list[Any]]], ts: list[int] = TS) -> bytes:
+    """``WriteRequestNominal``: one ``Series`` per case, one point message per value."""
+    req = nw.WriteRequestNominal()
+    for channel, tags, vt, values in cases:
+        s = req.series.add(channel=nw.Channel(name=channel), tags=tags)
+        points: Any = {
+            ValueType.DOUBLE: s.points.double_points,
+            ValueType.INT64: s.points.integer_points,
+            ValueType.UINT64: s.points.uint64_points,
+            ValueType.STRING: s.points.string_points,
+            ValueType.STRUCT: s.points.struct_points,
+            ValueType.DOUBLE_ARRAY: s.points.array_points.double_array_points,
+            ValueType.STRING_ARRAY: s.points.array_points.string_array_points,
+        }[vt]
+        for ns, v in zip(ts, values, strict=True):
+            p = points.points.add()
+            p.timestamp.seconds, p.timestamp.nanos = divmod(ns, 10**9)
+            if vt.is_array:
+                p.value.extend(v)
+            elif vt is ValueType.STRUCT:
+                p.json_string = v
+            else:
+                p.value = v
+    return req.SerializeToString()
+
+
+def columnar_body(rid: str, cases: list[tuple[str, dict[str, str], ValueType, list[Any]]], ts: list[int] = TS) -> bytes:
+    """``direct_channel_writer.v2.WriteBatchesRequest``: one ``RecordsBatch`` per case."""
+    req = dcw.WriteBatchesRequest(data_source_rid=rid)
+    for channel, tags, vt, values in cases:
+        b = req.batches.add(channel=channel, tags=tags)
+        for ns in ts:
+            t = b.points.timestamps.add()
+            t.seconds, t.nanos = divmod(ns, 10**9)
+        p = b.points
+        if vt is ValueType.DOUBLE:
+            p.double_points.points.extend(values)
+        elif vt is ValueType.INT64:
+            p.int_points.points.extend(values)
+        elif vt is ValueType.UINT64:
+            p.uint64_points.points.extend(values)
+        elif vt is ValueType.STRING:
+            p.string_points.points.extend(values)
+        elif vt is ValueType.STRUCT:
+            p.struct_points.points.extend(values)
+        elif vt is ValueType.DOUBLE_ARRAY:
+            for row in values:
+                p.array_points.double_array_points.points.add().value.extend(row)
+        else:
+            for row in values:
+                p.array_points.string_array_points.points.add().value.extend(row)
+    return req.SerializeToString()
+
+
+def compress(data: bytes, encoding: str) -> bytes:
+    if encoding == "zstd":
+        return zstandard.ZstdCompressor(level=1).compress(data)
+    if encoding == "gzip":
+        return gzip.compress(data)
+    if encoding == "x-snappy-framed":
+        return bytes(cramjam.snappy.compress(data))
+    return data
+
+
+def row_path(rid: str, prefix: str = "/api") -> str:
+    return prefix + md.HTTP_WRITE_NOMINAL_PATH.format(dataset_rid=rid)
+
+
+def columnar_path(prefix: str = "/api") -> str:
+    return prefix + md.HTTP_WRITE_COLUMNAR_PATH
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+
+
+class Reply:
+    def __init__(self, resp: http.client.HTTPResponse) -> None:
+        self.status = resp.status
+        self.headers = {k.lower(): v for k, v in resp.getheaders()}
+        self.body = resp.read()
+
+    def json(self) -> Any:
+        assert self.headers.get("content-type", "").startswith("application/json"), self.headers
+        return json.loads(self.body)
+
+
+def request(
+    port: int,
+    method: str,
+    path: str,
+    body: bytes | Iterator[bytes] | None = None,
+    headers: dict[str, str] | None = None,
+    context: ssl.SSLContext | None = None,
+    timeout: float = 60,
+) -> Reply:
+    conn: http.client.HTTPConnection
+    if context is not None:
+        conn = http.client.HTTPSConnection("localhost", port, timeout=timeout, context=context)
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {}, encode_chunked=not isinstance(body, bytes | None))
+        return Reply(conn.getresponse())
+    finally:
+        conn.close()
+
+
+def post(port: int, path: str, body: bytes, headers: dict[str, str] | None = None) -> Reply:
+    return request(port, "POST", path, body, {**AUTH, **PROTO, **(headers or {})})
+
+
+def exact(v: Any) -> Any:
+    """A comparable form that tells -0.0 from 0.0 and equates NaN with NaN."""
+    if isinstance(v, float):
+        return v.hex()
+    if isinstance(v, list):
+        return [exact(x) for x in v]
+    return v
+
+
+def assert_stored(store: LocalStore, rid: str, cases: list[tuple[str, dict[str, str], ValueType, list[Any]]]) -> None:
+    infos = {(s.channel, tuple(sorted(s.tags.items()))): s for s in store.list_series(rid)}
+    assert len(infos) == len(cases)
+    for channel, tags, vt, values in cases:
+        info = infos[(channel, tuple(sorted(tags.items())))]
+        assert info.value_type is vt
+        table = store.read(rid, channel, tags)
+        assert table.column("timestamp").to_pylist() == TS
+        assert exact(table.column("value").to_pylist()) == exact(values)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    with LocalServer(tmp_path_factory.mktemp("http"), token=TOKEN, http_port=0) as s:
+        yield s
+
+
+def good_request(server: LocalServer, rid: str) -> None:
+    """A write right after a refusal: the server still serves."""
+    reply = post(server.http_port, columnar_path(), columnar_body(rid, CASES[:1]))
+    assert reply.status == 200, reply.body
+
+
+# ---------------------------------------------------------------------------------------------
+# Round trips
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("prefix", ["/api", ""])
+@pytest.mark.parametrize("form", ["row", "columnar"])
+def test_round_trip_exact(server: LocalServer, form: str, prefix: str, encoding: str) -> None:
+    rid = f"ri.test.http.{form}.{prefix.strip('/') or 'bare'}.{encoding}"
+    if form == "row":
+        path, body = row_path(rid, prefix), row_body(CASES)
+    else:
+        path, body = columnar_path(prefix), columnar_body(rid, CASES)
+    headers = {} if encoding == "identity" else {"Content-Encoding": encoding}
+    reply = post(server.http_port, path, compress(body, encoding), headers)
+    assert (reply.status, reply.body) == (200, b"")
+    assert_stored(server.store, rid, CASES)
+
+
+@pytest.mark.parametrize("content_type", [None, "application/octet-stream", "application/x-protobuf; charset=binary"])
+def test_content_types_taken(server: LocalServer, content_type: str | None) -> None:
+    rid = f"ri.test.http.ctype.{len(content_type or '')}"
+    headers = dict(AUTH) if content_type is None else {**AUTH, "Content-Type": content_type}
+    reply = request(server.http_port, "POST", columnar_path(), columnar_body(rid, CASES), headers)
+    assert reply.status == 200, reply.body
+    assert_stored(server.store, rid, CASES)
+
+
+def test_urls_and_capabilities(server: LocalServer) -> None:
+    assert server.http_url == f"http://127.0.0.1:{server.http_port}/api"
+    assert server.http_port != server.port
+    for prefix in ("/api", ""):
+        # No token needed: a client learns here whether it needs one.
+        reply = request(server.http_port, "GET", prefix + md.HTTP_CAPABILITIES_PATH)
+        assert reply.status == 200
+        caps = reply.json()
+        assert caps["server"] == "beam_nominal.local"
+        assert caps["write_formats"] == ["row", "columnar"]
+        assert caps["content_encodings"] == ENCODINGS
+        assert caps["idempotency_header"] == "Idempotency-Key"
+        assert caps["max_body_bytes"] == 64 * 1024 * 1024
+        assert caps["max_decompressed_bytes"] == md.MAX_MESSAGE_BYTES
+        assert caps["token_required"] is True
+
+
+# ---------------------------------------------------------------------------------------------
+# Refusals: status, JSON error, nothing stored, still serving
+# ---------------------------------------------------------------------------------------------
+
+REFUSE_RID = "ri.test.http.refused"
+
+
+def _bad_batches() -> bytes:
+    req = dcw.WriteBatchesRequest.FromString(columnar_body(REFUSE_RID, CASES[:1]))
+    req.batches[0].points.double_points.points.append(1.0)  # 5 values for 4 timestamps
+    return req.SerializeToString()
+
+
+def _type_conflict() -> bytes:
+    # The same series twice in one request, once as doubles and once as strings.
+    return columnar_body(REFUSE_RID, [("d", {}, ValueType.DOUBLE, [1.0] * 4), ("d", {}, ValueType.STRING, ["a"] * 4)])
+
+
+REFUSALS: dict[str, tuple[Callable[[], tuple[str, str, bytes | None, dict[str, str]]], int, str]] = {
+    "malformed protobuf": (
+        lambda: ("POST", columnar_path(), b"\xff\xff\xff\xff", {**AUTH, **PROTO}),
+        400,
+        "malformed_request",
+    ),
+    "malformed row protobuf": (
+        lambda: ("POST", row_path(REFUSE_RID), b"\x0a\x05\x0a", {**AUTH, **PROTO}),
+        400,
+        "malformed_request",
+    ),
+    "counts differ": (lambda: ("POST", columnar_path(), _bad_batches(), {**AUTH, **PROTO}), 400, "invalid_request"),
+    "type conflict": (lambda: ("POST", columnar_path(), _type_conflict(), {**AUTH, **PROTO}), 400, "invalid_request"),
+    "corrupt zstd": (
+        lambda: (
+            "POST",
+            columnar_path(),
+            compress(columnar_body(REFUSE_RID, CASES), "zstd")[:-7],
+            {**AUTH, **PROTO, "Content-Encoding": "zstd"},
+        ),
+        400,
+        "malformed_request",
+    ),
+    "corrupt gzip": (
+        lambda: (
+            "POST",
+            columnar_path(),
+            compress(columnar_body(REFUSE_RID, CASES), "gzip")[:-9],
+            {**AUTH, **PROTO, "Content-Encoding": "gzip"},
+        ),
+        400,
+        "malformed_request",
+    ),
+    "corrupt snappy": (
+        lambda: (
+            "POST",
+            columnar_path(),
+            compress(columnar_body(REFUSE_RID, CASES), "x-snappy-framed")[:-3],
+            {**AUTH, **PROTO, "Content-Encoding": "x-snappy-framed"},
+        ),
+        400,
+        "malformed_request",
+    ),
+    "unknown encoding": (
+        lambda: (
+            "POST",
+            columnar_path(),
+            columnar_body(REFUSE_RID, CASES),
+            {**AUTH, **PROTO, "Content-Encoding": "br"},
+        ),
+        415,
+        "unsupported_content_encoding",
+    ),
+    "wrong content type": (
+        lambda: (
+            "POST",
+            columnar_path(),
+            columnar_body(REFUSE_RID, CASES),
+            {**AUTH, "Content-Type": "application/json"},
+        ),
+        415,
+        "unsupported_media_type",
+    ),
+    "missing token": (
+        lambda: ("POST", columnar_path(), columnar_body(REFUSE_RID, CASES), dict(PROTO)),
+        401,
+        "unauthorized",
+    ),
+    "wrong token": (
+        lambda: (
+            "POST",
+            columnar_path(),
+            columnar_body(REFUSE_RID, CASES),
+            {**PROTO, "Authorization": f"Bearer {TOKEN}x"},
+        ),
+        401,
+        "unauthorized",
+    ),
+    "token without Bearer": (
+        lambda: ("POST", columnar_path(), columnar_body(REFUSE_RID, CASES), {**PROTO, "Authorization": TOKEN}),
+        401,
+        "unauthorized",
+    ),
+    "bad rid in body": (
+        lambda: ("POST", columnar_path(), columnar_body("../x", CASES), {**AUTH, **PROTO}),
+        400,
+        "invalid_request",
+    ),
+    "rid ..%2Fx": (
+        lambda: ("POST", "/api/storage/writer/v1/nominal/..%2Fx", row_body(CASES), {**AUTH, **PROTO}),
+        400,
+        "invalid_request",
+    ),
+    "raw path ../x": (lambda: ("POST", "/storage/writer/v1/nominal/../x", row_body(CASES), {**AUTH, **PROTO}), 400, ""),
+    "rid ..": (
+        lambda: ("POST", "/storage/writer/v1/nominal/..", row_body(CASES), {**AUTH, **PROTO}),
+        400,
+        "invalid_request",
+    ),
+    "GET on a write path": (lambda: ("GET", columnar_path(), None, dict(AUTH)), 405, "method_not_allowed"),
+    "GET on the row path": (lambda: ("GET", row_path(REFUSE_RID), None, dict(AUTH)), 405, "method_not_allowed"),
+    "unknown path": (lambda: ("POST", "/api/storage/writer/v2/nominal", b"", {**AUTH, **PROTO}), 404, "not_found"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_refusals(server: LocalServer, case: str) -> None:
+    make, status, error = REFUSALS[case]
+    method, path, body, headers = make()
+    before = (server.store.list_datasets(), server.store.list_series(REFUSE_RID))
+    reply = request(server.http_port, method, path, body, headers)
+    if error:
+        assert reply.status == status, reply.body
+        assert reply.json()["error"] == error
+        assert reply.json()["detail"]
+    else:
+        # A path that tries to leave the data directory: whatever aiohttp makes of it (normalised
+        # to another path, or a bad rid), a refusal and nothing stored.
+        assert 400 <= reply.status < 500, reply.body
+        assert reply.json()["error"] in ("invalid_request", "not_found")
+    if status == 401:
+        assert reply.headers["www-authenticate"] == "Bearer"
+        assert TOKEN not in reply.body.decode()
+    assert (server.store.list_datasets(), server.store.list_series(REFUSE_RID)) == before
+    assert not (Path(server.store.data_dir).parent / "x").exists()
+    good_request(server, "ri.test.http.after-refusal")
+
+
+def test_body_over_limit(server: LocalServer) -> None:
+    before = server.store.list_datasets()
+    big = columnar_body(REFUSE_RID, CASES) + b"\x00" * (64 * 1024 * 1024)
+    reply = post(server.http_port, columnar_path(), big)
+    assert reply.status == 413
+    assert reply.json()["error"] == "too_large"
+    # Without a Content-Length (chunked), aiohttp's own limit stops the read.
+    chunks = iter([big[i : i + (1 << 20)] for i in range(0, len(big), 1 << 20)])
+    reply = request(server.http_port, "POST", columnar_path(), chunks, {**AUTH, **PROTO})
+    assert reply.status == 413
+    assert reply.json()["error"] == "too_large"
+    assert server.store.list_datasets() == before
+    good_request(server, "ri.test.http.after-big")
+
+
+def test_decompressed_over_limit(server: LocalServer) -> None:
+    # Each encoding's bound, just past MAX_MESSAGE_BYTES (zeros compress to little).
+    before = server.store.list_datasets()
+    body = columnar_body(REFUSE_RID, CASES) + bytes(md.MAX_MESSAGE_BYTES)
+    for encoding in ("zstd", "gzip", "x-snappy-framed"):
+        reply = post(server.http_port, columnar_path(), compress(body, encoding), {"Content-Encoding": encoding})
+        assert reply.status == 413, (encoding, reply.body)
+        assert reply.json()["error"] == "too_large"
+    assert server.store.list_datasets() == before
+    good_request(server, "ri.test.http.after-decompressed")
+
+
+# ---------------------------------------------------------------------------------------------
+# Idempotency, concurrency, faults, stop, TLS
+# ---------------------------------------------------------------------------------------------
+
+
+def test_idempotency_key_stores_once(server: LocalServer) -> None:
+    rid = "ri.test.http.idem"
+    body = columnar_body(rid, CASES)
+    for header in ("Idempotency-Key", "x-idempotency-key", "Idempotency-Key"):
+        assert post(server.http_port, columnar_path(), body, {header: "key-1"}).status == 200
+    assert_stored(server.store, rid, CASES)
+    # The same ledger as gRPC: a gRPC write under the same key is taken as the retry it claims to be.
+    grpc_body = encode_request(rid, [SeriesBatch(SeriesKey("g"), ValueType.DOUBLE, np.array(TS), np.ones(4))])
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        ch.unary_unary(md.WRITE_COLUMN_BATCHES)(
+            grpc_body, metadata=((md.AUTHORIZATION, f"Bearer {TOKEN}"), (md.IDEMPOTENCY_KEY, "key-1")), timeout=30
+        )
+    assert_stored(server.store, rid, CASES)
+    # Another key is another request: stored again.
+    assert post(server.http_port, columnar_path(), body, {"Idempotency-Key": "key-2"}).status == 200
+    assert server.store.series_info(rid, "d", CASES[0][1]).count == 8
+
+
+def test_concurrent_requests_all_stored(server: LocalServer) -> None:
+    rid = "ri.test.http.concurrent"
+    n = 16
+
+    def write(k: int) -> int:
+        cases = [(f"c{k}", {"k": str(k)}, ValueType.DOUBLE, [float(k)] * 4)]
+        body = row_body(cases) if k % 2 else columnar_body(rid, cases)
+        path = row_path(rid) if k % 2 else columnar_path()
+        return post(
+            server.http_port, path, compress(body, ENCODINGS[k % 4]), {"Content-Encoding": ENCODINGS[k % 4]}
+        ).status
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(write, range(n))) == [200] * n
+    assert sorted(s.channel for s in server.store.list_series(rid)) == sorted(f"c{k}" for k in range(n))
+    for k in range(n):
+        assert server.store.read(rid, f"c{k}", {"k": str(k)}).column("value").to_pylist() == [float(k)] * 4
+
+
+def test_middlewares_after_auth_and_loop_not_blocked(tmp_path: Path) -> None:
+    """The fault seam: a middleware answers for the server, runs after the token check, and a
+    request it holds does not hold up others."""
+    release, held = threading.Event(), threading.Event()
+    seen: list[str] = []
+
+    @web.middleware
+    async def faults(request: web.Request, handler: Any) -> web.StreamResponse:
+        seen.append(request.path)
+        mode = request.headers.get("x-fault")
+        if mode == "503":
+            return web.json_response({"error": "injected"}, status=503, headers={"Retry-After": "2"})
+        if mode == "429":
+            raise web.HTTPTooManyRequests(headers={"Retry-After": "3"})
+        if mode == "hold":
+            held.set()
+            import asyncio
+
+            await asyncio.get_running_loop().run_in_executor(None, release.wait, 30)
+        return await handler(request)
+
+    rid = "ri.test.http.faults"
+    with LocalServer(tmp_path, token=TOKEN, http_port=0, http_middlewares=[faults]) as srv:
+        body = columnar_body(rid, CASES)
+        reply = post(srv.http_port, columnar_path(), body, {"x-fault": "503"})
+        assert (reply.status, reply.headers["retry-after"]) == (503, "2")
+        reply = post(srv.http_port, columnar_path(), body, {"x-fault": "429"})
+        assert (reply.status, reply.headers["retry-after"], reply.json()["error"]) == (429, "3", "too_many_requests")
+        assert srv.store.list_series(rid) == []
+        # Refused by the token check: the middleware never saw it.
+        seen.clear()
+        assert request(srv.http_port, "POST", columnar_path(), body, {**PROTO, "x-fault": "503"}).status == 401
+        assert seen == []
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(
+                post, srv.http_port, columnar_path(), columnar_body("ri.test.http.slow", CASES), {"x-fault": "hold"}
+            )
+            assert held.wait(30)
+            assert post(srv.http_port, columnar_path(), body).status == 200
+            assert not slow.done()
+            release.set()
+            assert slow.result(30).status == 200
+        assert_stored(srv.store, rid, CASES)
+        assert_stored(srv.store, "ri.test.http.slow", CASES)
+
+
+def test_stopping_committer_is_503(tmp_path: Path) -> None:
+    with LocalServer(tmp_path, http_port=0) as srv:
+        assert srv._committer is not None
+        srv._committer.close()
+        reply = request(srv.http_port, "POST", columnar_path(), columnar_body("ri.test.http.stopping", CASES), PROTO)
+        assert (reply.status, reply.json()["error"], reply.headers["retry-after"]) == (503, "unavailable", "1")
+        assert srv.store.list_datasets() == []
+
+
+def _refused(port: int) -> bool:
+    try:
+        request(port, "GET", md.HTTP_CAPABILITIES_PATH, timeout=2)
+    except ConnectionRefusedError:
+        return True
+    except (ConnectionResetError, TimeoutError):
+        # Caught in the backlog as the socket closed: reset, or (CPython 3.11's asyncio accepts
+        # it and then drops it, as its server is closed) left unanswered.
+        pass
+    return False
+
+
+def test_stop_lets_a_request_in_progress_finish(tmp_path: Path) -> None:
+    release, held = threading.Event(), threading.Event()
+
+    @web.middleware
+    async def hold(request: web.Request, handler: Any) -> web.StreamResponse:
+        import asyncio
+
+        if request.method == "POST":
+            held.set()
+            await asyncio.get_running_loop().run_in_executor(None, release.wait, 30)
+        return await handler(request)
+
+    rid = "ri.test.http.stop"
+    srv = LocalServer(tmp_path, http_port=0, http_middlewares=[hold]).start()
+    port = srv.http_port
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        inflight = pool.submit(request, port, "POST", columnar_path(), columnar_body(rid, CASES), PROTO)
+        assert held.wait(30)
+        stopping = pool.submit(srv.stop, 30)
+        # The listening socket closes at once; the held request is still being served.
+        assert any(_refused(port) for _ in range(100))
+        assert not stopping.done()
+        release.set()
+        assert inflight.result(30).status == 200
+        stopping.result(30)
+    assert_stored(LocalStore(tmp_path), rid, CASES)
+
+
+def test_https_with_the_servers_certificate(tmp_path: Path, tls_files: Any) -> None:
+    rid = "ri.test.http.tls"
+    with LocalServer(tmp_path, token=TOKEN, tls_cert=tls_files.cert, tls_key=tls_files.key, http_port=0) as srv:
+        assert srv.http_url == f"https://127.0.0.1:{srv.http_port}/api"
+        ctx = ssl.create_default_context(cadata=tls_files.cert_pem.decode())
+        reply = request(srv.http_port, "POST", columnar_path(), columnar_body(rid, CASES), {**AUTH, **PROTO}, ctx)
+        assert reply.status == 200
+        assert_stored(srv.store, rid, CASES)
+
+
+def test_busy_http_port_is_an_error(tmp_path: Path, server: LocalServer) -> None:
+    with pytest.raises(RuntimeError, match="cannot bind"):
+        LocalServer(tmp_path, http_port=server.http_port).start()
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounded decompression
+# ---------------------------------------------------------------------------------------------
+
+
+def _vm(pid: int, field: str) -> int:
+    """A /proc/PID/status memory figure, in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(field)
+
+
+def _zstd_zeros(total: int) -> bytes:
+    """``total`` zero bytes as one zstd frame, from a streaming compressor (never all in memory)."""
+    cobj = zstandard.ZstdCompressor(level=1).compressobj()
+    zeros = bytes(1 << 20)
+    parts = [cobj.compress(zeros) for _ in range(total >> 20)]
+    parts.append(cobj.flush())
+    return b"".join(parts)
+
+
+class Serve:
+    """A ``beam-nominal serve --http-port 0`` subprocess, ready once it printed its one line."""
+
+    SCRIPT = Path(sys.executable).parent / "beam-nominal"
+    READY = re.compile(r"listening on (grpc://\S+) and (http://\S+)\n")
+
+    def __init__(self, data_dir: Path, *extra: str, limit_address_space: int | None = None) -> None:
+        base = [str(self.SCRIPT)] if self.SCRIPT.exists() else [sys.executable, "-m", "beam_nominal.cli"]
+        cmd = [*base, "serve", "--data-dir", str(data_dir), "--port", "0", "--http-port", "0", *extra]
+
+        def limit() -> None:
+            if limit_address_space is not None:
+                resource.setrlimit(resource.RLIMIT_AS, (limit_address_space, limit_address_space))
+
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=limit)
+        assert self.proc.stdout is not None
+        self.line = self.proc.stdout.readline()
+        m = self.READY.fullmatch(self.line)
+        assert m is not None, (self.line, self.proc.stderr.read() if self.proc.poll() is not None else "")
+        self.grpc_url, self.http_url = m.group(1), m.group(2)
+        self.http_port = int(self.http_url.rsplit(":", 1)[1].split("/")[0])
+
+    def stop(self) -> tuple[int, str, str]:
+        self.proc.send_signal(signal.SIGTERM)
+        out, err = self.proc.communicate(timeout=60)
+        return self.proc.returncode, out, err
+
+
+def test_serve_prints_both_urls_and_stops_on_sigterm(tmp_path: Path) -> None:
+    serve = Serve(tmp_path, "--token", TOKEN)
+    try:
+        assert re.fullmatch(r"listening on grpc://127\.0\.0\.1:\d+ and http://127\.0\.0\.1:\d+/api\n", serve.line)
+        assert re.search(r"listening on (grpc://\S+)", serve.line).group(1) == serve.grpc_url  # type: ignore[union-attr]
+        assert serve.http_url.endswith("/api")
+        rid = "ri.test.http.serve"
+        reply = post(
+            serve.http_port, columnar_path(), compress(columnar_body(rid, CASES), "zstd"), {"Content-Encoding": "zstd"}
+        )
+        assert reply.status == 200
+    finally:
+        code, out, err = serve.stop()
+    assert code == 0, err
+    assert out == ""  # the one line was all
+    assert TOKEN not in err
+    assert_stored(LocalStore(tmp_path), rid, CASES)
+
+
+def test_zstd_bomb_refused_with_bounded_memory(tmp_path: Path) -> None:
+    """10 GB of zeros in ~330 KB of zstd: refused with 413 before it is expanded past the limit.
+
+    In its own process, so the server's peak memory is measured alone; the address space limit
+    keeps an unbounded expansion from taking the machine down (it fails as a MemoryError instead).
+    """
+    bomb = _zstd_zeros(10 * 1024**3)
+    assert len(bomb) < 1024 * 1024
+    serve = Serve(tmp_path, limit_address_space=6 * 1024**3)
+    try:
+        rss_before = _vm(serve.proc.pid, "VmRSS")
+        reply = request(serve.http_port, "POST", columnar_path(), bomb, {**PROTO, "Content-Encoding": "zstd"})
+        assert reply.status == 413, reply.body
+        assert reply.json()["error"] == "too_large"
+        peak = _vm(serve.proc.pid, "VmHWM")
+        # What is held is at most the limit (256 MiB) of decompressed chunks plus one block.
+        assert peak - rss_before < md.MAX_MESSAGE_BYTES + 128 * 1024 * 1024, (peak, rss_before)
+        assert LocalStore(tmp_path).list_datasets() == []
+        rid = "ri.test.http.after-bomb"
+        reply = request(serve.http_port, "POST", columnar_path(), columnar_body(rid, CASES), PROTO)
+        assert reply.status == 200
+        assert_stored(LocalStore(tmp_path), rid, CASES)
+    finally:
+        code, _, err = serve.stop()
+    assert code == 0, err
+
+
+_ENCODERS = {
+    "zstd": lambda d: zstandard.ZstdCompressor(level=1).compress(d),
+    "zstd-stream": lambda d: b"".join(
+        [
+            (c := zstandard.ZstdCompressor(level=3).compressobj()).compress(d[: len(d) // 2]),
+            c.compress(d[len(d) // 2 :]),
+            c.flush(),
+        ]
+    ),
+    "zstd-2-frames": lambda d: zstandard.ZstdCompressor().compress(d[:3]) + zstandard.ZstdCompressor().compress(d[3:]),
+    "gzip": gzip.compress,
+    "gzip-2-members": lambda d: gzip.compress(d[:5]) + gzip.compress(d[5:]),
+    "x-snappy-framed": lambda d: bytes(cramjam.snappy.compress(d)),
+}
+_DATA = st.one_of(
+    st.binary(max_size=3000),
+    st.builds(lambda b, n: b * n, st.binary(min_size=1, max_size=8), st.integers(1, 40_000)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=_DATA, which=st.sampled_from(sorted(_ENCODERS)), slack=st.integers(-3, 3))
+def test_decompress_body_round_trip_and_bound(data: bytes, which: str, slack: int) -> None:
+    encoding = which.split("-2-")[0].removesuffix("-stream")
+    body = _ENCODERS[which](data)
+    limit = max(0, len(data) + slack)
+    if len(data) <= limit:
+        assert decompress_body(body, encoding, limit) == data
+    else:
+        with pytest.raises(BodyTooLargeError):
+            decompress_body(body, encoding, limit)
+    if encoding == "x-snappy-framed":
+        assert snappy_framed_size(body) == len(data)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.binary(min_size=1, max_size=3000), which=st.sampled_from(["zstd", "gzip"]), cut=st.integers(1, 40))
+def test_decompress_body_refuses_truncated(data: bytes, which: str, cut: int) -> None:
+    body = _ENCODERS[which](data)
+    with pytest.raises(ValueError, match=r"not valid|ends inside"):
+        decompress_body(body[: max(0, len(body) - cut)], which, 1 << 20)
+
+
+def test_decompress_body_bounds_every_encoding_before_expanding() -> None:
+    # 64 MiB of zeros, limit 1 MiB: each decompressor stops within a block of the limit.
+    zeros = bytes(64 << 20)
+    for encoding in ("zstd", "gzip", "x-snappy-framed"):
+        body = compress(zeros, encoding)
+        with pytest.raises(BodyTooLargeError):
+            decompress_body(body, encoding, 1 << 20)
+    with pytest.raises(ValueError, match="unknown content encoding"):
+        decompress_body(b"", "br", 10)
+    with pytest.raises(ValueError, match="unskippable"):
+        snappy_framed_size(b"\x02\x00\x00\x00")
+    assert decompress_body(zlib.compress(b"x"), "identity", 100) == zlib.compress(b"x")
