@@ -27,7 +27,7 @@ from beam_nominal._wire import reference_row
 from beam_nominal._wire import write_nominal as wn
 from beam_nominal._wire._proto.nominal.write import nominal_write_pb2 as nw
 from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
-from beam_nominal._wire.encode import encode_request
+from beam_nominal._wire.encode import TIMESTAMP_BYTES, encode_request
 from beam_nominal._wire.write_nominal import (
     decode_write_nominal,
     encode_write_nominal,
@@ -347,6 +347,28 @@ def test_other_point_layouts_decode_like_upb(points: list[bytes], want_ts: list[
     assert_body_equal(expected, decode_write_nominal(data + UNKNOWN, RID), None)
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\x08\x01\x10\x02\x10\x03",  # nanos twice: the last wins
+        b"\x08\x01\x08\x02\x10\x03",  # seconds twice
+        b"\x08\x01\x10\x02\x18\x07",  # an unknown field after them
+        b"\x10\x02\x08\x01",  # nanos first
+        b"\x10\x02",
+        b"\x08\x01",
+        b"",
+        b"\x08\x81\x80\x80\x00\x10\x82\x80\x00",  # padded varints
+    ],
+)
+@pytest.mark.parametrize("value", [b"", _f64(-1.5)])
+def test_timestamp_bodies_between_canonical_points_decode_like_upb(body: bytes, value: bytes) -> None:
+    """One odd point among canonical ones, so the vector path sees it (or leaves it to upb)."""
+    plain = _double_point(_stamp(1_700_000_000, 5), _f64(2.0))
+    points = plain * 3 + _double_point(_ld(1, body), value) + plain * 2
+    data = _series(_channel(b"ch"), _ld(3, _ld(1, points))) * 2
+    _assert_agrees_with_upb(data)
+
+
 def test_unpacked_array_values_and_split_points_fields() -> None:
     unpacked = b"".join(b"\x11" + struct.pack("<d", x) for x in (1.5, -2.0))
     arrays = _ld(4, _ld(1, _ld(1, _stamp(1, 0) + unpacked)))
@@ -376,6 +398,9 @@ _OK = _series(_channel(b"ok"), _ld(3, _ld(1, b"")))
         (_series(_channel(b"bare"), _ld(3, b"")), "bare", "points type not set"),
         (_series(_channel(b"arr"), _ld(3, _ld(4, b""))), "arr", "array points type not set"),
         (_series(_channel(b"far"), _ld(3, _ld(1, _double_point(_stamp(10**12, 0))))), "far", "outside the int64"),
+        # Seconds in an 8-byte varint: wider than the word the vector path reads them from.
+        (_series(_channel(b"wide"), _ld(3, _ld(1, _double_point(_stamp(2**49 + 5, 0), _f64(1.0))))), "wide",
+         "outside the int64"),
         (_series(_channel(b"neg"), _ld(3, _ld(3, _double_point(_stamp(-(2**62), 0))))), "neg", "outside the int64"),
     ],
 )
@@ -492,3 +517,69 @@ def test_encoder_rejects_bad_batches_as_the_column_encoder_does(batch: SeriesBat
         encode_write_nominal([good, batch])
     assert str(row.value) == str(column.value)
     assert "batches[1] (series " in str(row.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The vector path for canonical (prost/upb) doubles
+# ---------------------------------------------------------------------------------------------
+
+
+def test_canonical_doubles_decode_without_upb(no_fallback: None) -> None:
+    rng = np.random.default_rng(11)
+    batches = []
+    for j in range(40):
+        n = int(rng.integers(0, 300))
+        ts = np.sort(rng.integers(0, 2**62, n))
+        ts[::3] = ts[::3] // 10**9 * 10**9  # zero nanos: omitted
+        ts[:: 11] = ts[::11] % 10**9  # zero seconds: omitted
+        values = rng.standard_normal(n)
+        values[::4] = 0.0  # omitted
+        if j == 0 and n:
+            ts[0], values[0] = 0, 0.0  # the epoch with 0.0: an empty point
+        batches.append(SeriesBatch(SeriesKey.of(f"c{j}", {"k": str(j % 2)}), V.DOUBLE, ts, values))
+    data = reference_row.encode(batches)
+    assert_body_equal(batches, decode_write_nominal(data, RID), None)
+    # Each series alone, too (a body with one series decodes it without joining).
+    assert_body_equal(batches[:1], decode_write_nominal(reference_row.encode(batches[:1]), RID), None)
+
+
+# Bytes that make doubles look like point starts (0a L 0a ...) or hide them.
+_TRICKY = st.lists(st.sampled_from([0x0A, 0x11, 0x00, 0x09, 0x08, 0x10, 0x0C, 0x80, 0xFF]), min_size=8, max_size=8)
+
+
+@PROPS
+@given(st.lists(st.tuples(st.integers(0, 2**62), _TRICKY), max_size=60), st.integers(1, 4))
+def test_values_that_look_like_point_starts(points: list[tuple[int, list[int]]], n_series: int) -> None:
+    ts = np.array([t for t, _ in points], dtype=np.int64)
+    values = np.frombuffer(bytes(b for _, v in points for b in v), dtype="<f8").copy()
+    cuts = np.linspace(0, len(points), n_series + 1).astype(int)
+    batches = [
+        SeriesBatch(SeriesKey.of(f"s{k}"), V.DOUBLE, ts[cuts[k] : cuts[k + 1]], values[cuts[k] : cuts[k + 1]])
+        for k in range(n_series)
+    ]
+    for data in (reference_row.encode(batches), encode_write_nominal(batches)):
+        assert_body_equal(batches, decode_write_nominal(data, RID), None)
+
+
+def test_series_that_only_join_into_valid_points_are_refused_as_upb_does() -> None:
+    point = _double_point(_stamp(1, 2), _f64(1.0))
+    more = _double_point(_stamp(3, 4), _f64(2.0))
+    # The first series' points end inside a point that the second series' points complete.
+    first = _series(_channel(b"a"), _ld(3, _ld(1, point + more[:5])))
+    second = _series(_channel(b"b"), _ld(3, _ld(1, more[5:] + point)))
+    data = first + second
+    assert _oracle(data) is DecodeError
+    with pytest.raises(DecodeError):
+        decode_write_nominal(data, RID)
+
+
+@pytest.mark.parametrize(("vt", "values"), [(V.DOUBLE, np.array([1.5, 2.5, 3.5])), (V.INT64, np.array([7, -8, 9]))])
+@pytest.mark.parametrize("key", [0x19, 0x18, 0x08, 0x11, 0x10])
+def test_fixed_layout_with_another_value_field_agrees_with_upb(vt: ValueType, values: np.ndarray, key: int) -> None:
+    """A point of our layout whose value field key is another field's: upb keeps it as unknown."""
+    batch = SeriesBatch(SeriesKey.of("x"), vt, _ts(1, 2, 3), values)
+    data = bytearray(encode_write_nominal([batch, batch]))
+    at = data.index(b"\x0a\x0c\x08") + TIMESTAMP_BYTES  # the first point's value key
+    assert data[at] in (0x11, 0x10)
+    data[at] = key
+    _assert_agrees_with_upb(bytes(data))
