@@ -8,10 +8,37 @@ pickle; a request is ``(command, *args)``, a reply ``("ok", result)`` or ``("err
 
 from __future__ import annotations
 
+import importlib
 import pickle
 import struct
 import sys
 from typing import Any, BinaryIO
+
+# Our generated modules of Nominal's protos; the first also defines the gRPC service.
+PROTO_MODULES = [
+    "beam_nominal._wire._proto.nominal.channel_writer.v1.nominal_channel_writer_pb2",
+    "beam_nominal._wire._proto.nominal.direct_channel_writer.v2.direct_channel_writer_common_pb2",
+    "beam_nominal._wire._proto.nominal.direct_channel_writer.v2.direct_nominal_channel_writer_pb2",
+    "beam_nominal._wire._proto.nominal.types.time.time_pb2",
+    "beam_nominal._wire._proto.nominal.write.nominal_write_pb2",
+]
+
+# Codec commands: (module under beam_nominal._wire, function).
+CODECS = {
+    "encode_fast": ("encode", "encode_request"),
+    "encode_generated": ("reference", "encode"),
+    "decode_fast": ("decode", "decode_request"),
+    "decode_generated": ("reference", "decode"),
+    "decode_write_batches": ("decode", "decode_write_batches"),
+    "encode_columnar_fast": ("write_batches_v2", "encode_write_batches_v2"),
+    "encode_columnar_generated": ("reference_columnar", "encode"),
+    "decode_columnar_fast": ("write_batches_v2", "decode_write_batches_v2"),
+    "decode_columnar_generated": ("reference_columnar", "decode"),
+    "encode_row_fast": ("write_nominal", "encode_write_nominal"),
+    "encode_row_generated": ("reference_row", "encode"),
+    "decode_row_fast": ("write_nominal", "decode_write_nominal"),
+    "decode_row_generated": ("reference_row", "decode"),
+}
 
 
 def _field(f: Any) -> dict[str, Any]:
@@ -30,8 +57,8 @@ def _field(f: Any) -> dict[str, Any]:
 def descriptors(full_names: list[str]) -> dict[str, list[dict[str, Any]] | None]:
     from google.protobuf import descriptor_pool
 
-    from beam_nominal._wire._proto.nominal.channel_writer.v1 import nominal_channel_writer_pb2  # noqa: F401
-
+    for module in PROTO_MODULES:
+        importlib.import_module(module)
     pool = descriptor_pool.Default()
     out: dict[str, list[dict[str, Any]] | None] = {}
     for name in full_names:
@@ -45,12 +72,8 @@ def descriptors(full_names: list[str]) -> dict[str, list[dict[str, Any]] | None]
 
 
 def schema() -> dict[str, Any]:
-    """Every message our two Nominal proto files define, and our service's methods."""
-    from beam_nominal._wire._proto.nominal.channel_writer.v1 import nominal_channel_writer_pb2 as cw
-    from beam_nominal._wire._proto.nominal.direct_channel_writer.v2 import (
-        direct_channel_writer_common_pb2 as common,
-    )
-
+    """Every message our Nominal proto files define, and our service's methods."""
+    modules = [importlib.import_module(m) for m in PROTO_MODULES]
     names: list[str] = []
 
     def walk(desc: Any) -> None:
@@ -58,31 +81,22 @@ def schema() -> dict[str, Any]:
         for nested in desc.nested_types:
             walk(nested)
 
-    for module in (cw, common):
+    for module in modules:
         for desc in module.DESCRIPTOR.message_types_by_name.values():
             walk(desc)
-    service = cw.DESCRIPTOR.services_by_name["NominalChannelWriterService"]
+    service = modules[0].DESCRIPTOR.services_by_name["NominalChannelWriterService"]
     methods = {m.name: (m.input_type.full_name, m.output_type.full_name) for m in service.methods}
     return {"messages": sorted(names), "methods": methods}
 
 
 def handle(command: str, *args: Any) -> Any:
-    from beam_nominal._wire import decode, encode, reference
-
+    if command in CODECS:
+        module, function = CODECS[command]
+        return getattr(importlib.import_module(f"beam_nominal._wire.{module}"), function)(*args)
     if command == "descriptors":
         return descriptors(*args)
     if command == "schema":
         return schema()
-    if command == "encode_fast":
-        return encode.encode_request(*args)
-    if command == "encode_generated":
-        return reference.encode(*args)
-    if command == "decode_fast":
-        return decode.decode_request(*args)
-    if command == "decode_generated":
-        return reference.decode(*args)
-    if command == "decode_write_batches":
-        return decode.decode_write_batches(*args)
     if command == "modules":
         return sorted(sys.modules)
     raise ValueError(f"unknown command {command!r}")

@@ -1,5 +1,10 @@
 """Wire compatibility with Nominal's published protos (``nominal-api-protos==0.1495.1``).
 
+Three request forms: the gRPC ``WriteColumnBatchesRequest``, the columnar HTTP body
+(``direct_channel_writer.v2.WriteBatchesRequest``) and the row HTTP body
+(``io.nominal.scout.api.proto.WriteRequestNominal``). For each, our bytes must parse with their
+classes to the values we encoded, and bytes built with their classes must decode with ours.
+
 Runs in ``.venv-compat`` (protobuf 7), built by ``make compat``. This process imports Nominal's
 generated classes; our generated modules live in a child process (``_ours_child.py``), because both
 register the same proto symbols and one descriptor pool cannot hold both. Bytes and decoded values
@@ -28,9 +33,14 @@ from beam_nominal.model import SeriesKey, ValueType
 
 nominal_protos = pytest.importorskip("nominal.protos.channel_writer.v1.nominal_channel_writer_pb2")
 theirs: Any = nominal_protos
+from nominal.protos.direct_channel_writer.v2 import (  # noqa: E402
+    direct_nominal_channel_writer_pb2 as their_columnar,
+)
 from nominal.protos.direct_channel_writer_common.v2 import (  # noqa: E402
     direct_channel_writer_common_pb2 as their_common,
 )
+from nominal.protos.types.time import time_pb2 as their_time  # noqa: E402
+from nominal.protos.write import nominal_write_pb2 as their_row  # noqa: E402
 
 V = ValueType
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,8 +153,60 @@ def _same_floats(want: Any, got: Any, where: str) -> None:
     assert np.signbit(a[ok]).tolist() == np.signbit(b[ok]).tolist(), f"{where}: sign of zero"
 
 
+# Each form's oneof member of every value type (the array types share one, split below it).
+GRPC_MEMBERS = {
+    V.DOUBLE: "doubles", V.STRING: "strings", V.INT64: "int64s", V.UINT64: "uint64s", V.STRUCT: "structs",
+    V.DOUBLE_ARRAY: "arrays", V.STRING_ARRAY: "arrays",
+}
+COLUMNAR_MEMBERS = {
+    V.DOUBLE: "double_points", V.STRING: "string_points", V.INT64: "int_points", V.UINT64: "uint64_points",
+    V.STRUCT: "struct_points", V.DOUBLE_ARRAY: "array_points", V.STRING_ARRAY: "array_points",
+}
+ROW_MEMBERS = {**COLUMNAR_MEMBERS, V.INT64: "integer_points"}
+ARRAY_KINDS = {V.DOUBLE_ARRAY: "double_array_points", V.STRING_ARRAY: "string_array_points"}
+
+
+def _member(holder: Any, oneof: str, members: dict[ValueType, str], b: SeriesBatch, where: str) -> Any:
+    """The message holding ``b``'s values (for arrays, the array kind's), checked to be the right one."""
+    which = holder.WhichOneof(oneof)
+    assert which == members[b.value_type], f"{where}: oneof {which}"
+    member = getattr(holder, which)
+    if b.value_type in ARRAY_KINDS:
+        assert member.WhichOneof("array_type") == ARRAY_KINDS[b.value_type], where
+        member = getattr(member, ARRAY_KINDS[b.value_type])
+    return member
+
+
+def _same_values(b: SeriesBatch, got: list[Any], where: str) -> None:
+    """``got`` (values, or rows of array values, from their message) against ``b``'s column."""
+    vt = b.value_type
+    if vt is V.DOUBLE:
+        _same_floats(b.values, got, where)
+    elif vt in (V.INT64, V.UINT64):
+        assert got == [int(x) for x in b.values], where
+    elif vt is V.DOUBLE_ARRAY:
+        assert len(got) == len(b.values), where
+        for j, (w, g) in enumerate(zip(b.values, got, strict=True)):
+            _same_floats(w, g, f"{where} row {j}")
+    else:
+        assert [list(x) if vt is V.STRING_ARRAY else x for x in got] == [
+            list(x) if vt is V.STRING_ARRAY else x for x in b.values
+        ], where
+
+
+def _columns(member: Any, b: SeriesBatch) -> list[Any]:
+    """The values of a columnar member message (gRPC ColumnValues' or v2 Points')."""
+    if b.value_type in ARRAY_KINDS:
+        return [list(p.value) for p in member.points]
+    return list(member.points)
+
+
+def _ns_pairs(b: SeriesBatch) -> list[tuple[int, int]]:
+    return [divmod(int(x), 10**9) for x in b.timestamps]
+
+
 def check_theirs(msg: Any, rid: str, want: list[SeriesBatch], source: str | None) -> None:
-    """Compare a request parsed by Nominal's classes with the batches it was encoded from."""
+    """Compare a gRPC request parsed by Nominal's classes with the batches it was encoded from."""
     assert msg.data_source_rid == rid
     assert msg.HasField("source_name") == (source is not None)
     if source is not None:
@@ -152,33 +214,43 @@ def check_theirs(msg: Any, rid: str, want: list[SeriesBatch], source: str | None
     assert len(msg.batches) == len(want)
     for i, (cb, b) in enumerate(zip(msg.batches, want, strict=True)):
         where = f"batches[{i}]"
-        assert cb.channel == b.key.channel, where
-        assert dict(cb.tags) == dict(b.key.tags), where
-        assert [(t.seconds, t.nanos) for t in cb.timestamps] == [divmod(int(x), 10**9) for x in b.timestamps]
-        vt = b.value_type
-        which = cb.values.WhichOneof("values")
-        expected_member = {
-            V.DOUBLE: "doubles", V.STRING: "strings", V.INT64: "int64s", V.UINT64: "uint64s",
-            V.STRUCT: "structs", V.DOUBLE_ARRAY: "arrays", V.STRING_ARRAY: "arrays",
-        }[vt]
-        assert which == expected_member, f"{where}: oneof {which}"
-        if vt is V.DOUBLE:
-            _same_floats(b.values, list(cb.values.doubles.points), where)
-        elif vt in (V.INT64, V.UINT64):
-            assert list(getattr(cb.values, which).points) == [int(x) for x in b.values], where
-        elif vt in (V.STRING, V.STRUCT):
-            assert list(getattr(cb.values, which).points) == list(b.values), where
-        elif vt is V.DOUBLE_ARRAY:
-            assert cb.values.arrays.WhichOneof("array_type") == "double_array_points", where
-            rows = cb.values.arrays.double_array_points.points
-            assert len(rows) == len(b.values), where
-            for j, (w, g) in enumerate(zip(b.values, rows, strict=True)):
-                _same_floats(w, list(g.value), f"{where} row {j}")
+        assert (cb.channel, dict(cb.tags)) == (b.key.channel, dict(b.key.tags)), where
+        assert [(t.seconds, t.nanos) for t in cb.timestamps] == _ns_pairs(b), where
+        _same_values(b, _columns(_member(cb.values, "values", GRPC_MEMBERS, b, where), b), where)
+
+
+def check_theirs_columnar(msg: Any, rid: str, want: list[SeriesBatch]) -> None:
+    """Compare a columnar HTTP body parsed by Nominal's classes with the batches it was encoded from."""
+    assert msg.data_source_rid == rid
+    assert len(msg.batches) == len(want)
+    for i, (rb, b) in enumerate(zip(msg.batches, want, strict=True)):
+        where = f"batches[{i}]"
+        assert (rb.channel, dict(rb.tags), rb.HasField("unit")) == (b.key.channel, dict(b.key.tags), False), where
+        stamps = rb.points.timestamps
+        # Both fields are written (presence), even when zero.
+        assert all(t.HasField("seconds") and t.HasField("nanos") for t in stamps), where
+        assert [(t.seconds, t.nanos) for t in stamps] == _ns_pairs(b), where
+        _same_values(b, _columns(_member(rb.points, "points", COLUMNAR_MEMBERS, b, where), b), where)
+
+
+def check_theirs_row(msg: Any, want: list[SeriesBatch], session: str | None) -> None:
+    """Compare a row HTTP body parsed by Nominal's classes with the batches it was encoded from."""
+    assert msg.HasField("session_name") == (session is not None)
+    if session is not None:
+        assert msg.session_name == session
+    assert len(msg.series) == len(want)
+    for i, (series, b) in enumerate(zip(msg.series, want, strict=True)):
+        where = f"series[{i}]"
+        assert series.HasField("channel"), where
+        assert (series.channel.name, dict(series.tags)) == (b.key.channel, dict(b.key.tags)), where
+        points = _member(series.points, "points_type", ROW_MEMBERS, b, where).points
+        assert all(p.HasField("timestamp") for p in points), where
+        assert [(p.timestamp.seconds, p.timestamp.nanos) for p in points] == _ns_pairs(b), where
+        if b.value_type in ARRAY_KINDS:
+            got = [list(p.value) for p in points]
         else:
-            assert cb.values.arrays.WhichOneof("array_type") == "string_array_points", where
-            assert [list(p.value) for p in cb.values.arrays.string_array_points.points] == [
-                list(r) for r in b.values
-            ], where
+            got = [p.json_string if b.value_type is V.STRUCT else p.value for p in points]
+        _same_values(b, got, where)
 
 
 def check_decoded(got: DecodedRequest, rid: str, want: list[SeriesBatch], source: str | None) -> None:
@@ -188,22 +260,31 @@ def check_decoded(got: DecodedRequest, rid: str, want: list[SeriesBatch], source
         where = f"batches[{i}]"
         assert (g.key, g.value_type) == (w.key, w.value_type), where
         assert g.timestamps.dtype == np.int64 and g.timestamps.tolist() == w.timestamps.tolist(), where
-        if w.value_type is V.DOUBLE:
-            assert g.values.dtype == np.float64, where
-            _same_floats(w.values, g.values, where)
-        elif w.value_type in (V.INT64, V.UINT64):
+        if w.value_type in (V.INT64, V.UINT64):
             assert g.values.dtype == w.value_type.numpy_dtype, where
-            assert g.values.tolist() == w.values.tolist(), where
-        elif w.value_type is V.DOUBLE_ARRAY:
-            assert len(g.values) == len(w.values), where
-            for j, (a, b) in enumerate(zip(w.values, g.values, strict=True)):
-                _same_floats(a, b, f"{where} row {j}")
-        else:
-            assert [list(x) if isinstance(x, list) else x for x in g.values] == list(w.values), where
+        elif w.value_type is V.DOUBLE:
+            assert g.values.dtype == np.float64, where
+        _same_values(w, list(g.values), where)
+
+
+def _fill(member: Any, b: SeriesBatch) -> None:
+    """Set ``b``'s values on a columnar member message of Nominal's (gRPC or v2: same messages)."""
+    # An empty series still names its value type.
+    member.SetInParent()
+    if b.value_type in ARRAY_KINDS:
+        for row in b.values:
+            member.points.add().value.extend(np.asarray(row).tolist() if b.value_type is V.DOUBLE_ARRAY else row)
+    else:
+        member.points.extend(b.values.tolist() if isinstance(b.values, np.ndarray) else b.values)
+
+
+def _member_to_fill(holder: Any, members: dict[ValueType, str], b: SeriesBatch) -> Any:
+    member = getattr(holder, members[b.value_type])
+    return getattr(member, ARRAY_KINDS[b.value_type]) if b.value_type in ARRAY_KINDS else member
 
 
 def their_request(rid: str, batches: list[SeriesBatch], source: str | None) -> Any:
-    """Build the request with Nominal's published classes, independently of our code."""
+    """Build the gRPC request with Nominal's published classes, independently of our code."""
     req = theirs.WriteColumnBatchesRequest(data_source_rid=rid)
     if source is not None:
         req.source_name = source
@@ -212,27 +293,48 @@ def their_request(rid: str, batches: list[SeriesBatch], source: str | None) -> A
         for ns in b.timestamps.tolist():
             t = cb.timestamps.add()
             t.seconds, t.nanos = divmod(ns, 10**9)
-        vt = b.value_type
-        if vt is V.DOUBLE:
-            cb.values.doubles.points.extend(b.values.tolist())
-        elif vt is V.INT64:
-            cb.values.int64s.points.extend(b.values.tolist())
-        elif vt is V.UINT64:
-            cb.values.uint64s.points.extend(b.values.tolist())
-        elif vt is V.STRING:
-            cb.values.strings.points.extend(b.values)
-        elif vt is V.STRUCT:
-            cb.values.structs.points.extend(b.values)
-        elif vt is V.DOUBLE_ARRAY:
-            points = cb.values.arrays.double_array_points
-            points.SetInParent()
-            for row in b.values:
-                points.points.add().value.extend(row.tolist())
-        else:
-            points = cb.values.arrays.string_array_points
-            points.SetInParent()
-            for row in b.values:
-                points.points.add().value.extend(row)
+        _fill(_member_to_fill(cb.values, GRPC_MEMBERS, b), b)
+    return req
+
+
+def their_columnar_request(rid: str, batches: list[SeriesBatch]) -> Any:
+    """The columnar HTTP body built with Nominal's classes, as their clients may send it: a unit
+    on every other batch, and on odd points zero seconds or nanos left unset (proto3 optional)."""
+    req = their_columnar.WriteBatchesRequest(data_source_rid=rid)
+    for i, b in enumerate(batches):
+        rb = req.batches.add(channel=b.key.channel, tags=dict(b.key.tags))
+        if i % 2:
+            rb.unit = "m/s²"
+        for j, ns in enumerate(b.timestamps.tolist()):
+            t = rb.points.timestamps.add()
+            sec, nanos = divmod(ns, 10**9)
+            if sec or j % 2 == 0:
+                t.seconds = sec
+            if nanos or j % 2 == 0:
+                t.nanos = nanos
+        _fill(_member_to_fill(rb.points, COLUMNAR_MEMBERS, b), b)
+    return req
+
+
+def their_row_request(batches: list[SeriesBatch], session: str | None) -> Any:
+    """The row HTTP body built with Nominal's classes: one point message per value."""
+    req = their_row.WriteRequestNominal()
+    if session is not None:
+        req.session_name = session
+    for b in batches:
+        series = req.series.add(tags=dict(b.key.tags))
+        series.channel.name = b.key.channel
+        member = _member_to_fill(series.points, ROW_MEMBERS, b)
+        member.SetInParent()
+        for ns, value in zip(b.timestamps.tolist(), b.values, strict=True):
+            p = member.points.add()
+            p.timestamp.seconds, p.timestamp.nanos = divmod(ns, 10**9)
+            if b.value_type in ARRAY_KINDS:
+                p.value.extend(np.asarray(value).tolist() if b.value_type is V.DOUBLE_ARRAY else value)
+            elif b.value_type is V.STRUCT:
+                p.json_string = value
+            else:
+                p.value = value.item() if isinstance(value, np.generic) else value
     return req
 
 
@@ -242,10 +344,13 @@ def their_request(rid: str, batches: list[SeriesBatch], source: str | None) -> A
 
 
 def test_child_has_only_our_light_modules(ours: Ours) -> None:
-    ours("encode_fast", "r", EDGE, None)
+    ours("decode_fast", ours("encode_fast", "r", EDGE, None))
+    ours("decode_columnar_fast", ours("encode_columnar_fast", "r", EDGE))
+    ours("decode_row_fast", ours("encode_row_fast", EDGE, None), "r")
     loaded = ours("modules")
     assert not [m for m in loaded if m.split(".")[0] in ("apache_beam", "pyarrow", "nominal")]
-    assert "beam_nominal._wire.encode" in loaded
+    codecs = {"beam_nominal._wire." + m for m in ("encode", "write_batches_v2", "write_nominal")}
+    assert codecs <= set(loaded)
 
 
 @pytest.mark.parametrize("command", ["encode_fast", "encode_generated"])
@@ -322,8 +427,21 @@ OUR_MESSAGES = [
     for m in (
         "DoublePoints", "StringPoints", "IntPoints", "Uint64Points", "StructPoints", "ArrayPoints",
         "DoubleArrayPoints", "DoubleArrayPoint", "StringArrayPoints", "StringArrayPoint",
+        "WriteBatchesRequest", "WriteBatchesResponse", "RecordsBatch", "RecordsBatch.TagsEntry", "Points",
+    )
+] + [
+    "nominal.types.time.Timestamp",
+] + [
+    "io.nominal.scout.api.proto." + m
+    for m in (
+        "WriteRequestNominal", "Series", "Series.TagsEntry", "Channel", "Points", "DoublePoints", "StringPoints",
+        "IntegerPoints", "Uint64Points", "StructPoints", "DoublePoint", "StringPoint", "IntegerPoint",
+        "Uint64Point", "StructPoint", "ArrayPoints", "DoubleArrayPoints", "StringArrayPoints", "DoubleArrayPoint",
+        "StringArrayPoint",
     )
 ]
+# Published fields we leave out on purpose (our decoders refuse or skip them).
+LEFT_OUT = {"nominal.direct_channel_writer.v2.Points": {4}}  # log_points: we do not store logs
 
 
 def _their_fields(full_name: str) -> list[dict[str, Any]]:
@@ -335,14 +453,18 @@ def _their_fields(full_name: str) -> list[dict[str, Any]]:
 
 
 def test_descriptors_match_the_published_ones(ours: Ours) -> None:
-    assert their_common.DESCRIPTOR.package == "nominal.direct_channel_writer.v2"
+    assert their_common.DESCRIPTOR.package == their_columnar.DESCRIPTOR.package == "nominal.direct_channel_writer.v2"
+    assert (their_time.DESCRIPTOR.package, their_row.DESCRIPTOR.package) == (
+        "nominal.types.time", "io.nominal.scout.api.proto"
+    )
     mine = ours("descriptors", OUR_MESSAGES)
     assert all(mine[name] is not None for name in OUR_MESSAGES), [n for n in OUR_MESSAGES if mine[n] is None]
     for name in OUR_MESSAGES:
         by_number = {f["number"]: f for f in _their_fields(name)}
         for field in mine[name]:
             assert field == by_number.get(field["number"]), f"{name} field {field['number']}"
-        assert len(mine[name]) == len(by_number), f"{name}: we define {len(mine[name])} fields, they {len(by_number)}"
+        ours_numbers = {f["number"] for f in mine[name]}
+        assert set(by_number) - ours_numbers == LEFT_OUT.get(name, set()), f"{name}: fields we do not define"
 
 
 def test_every_message_we_define_is_compared(ours: Ours) -> None:
@@ -356,3 +478,77 @@ def test_service_methods_match(ours: Ours) -> None:
     assert set(mine) == {"WriteBatches", "WriteColumnBatches"}
     for name, signature in mine.items():
         assert published[name] == signature, name
+
+
+# ---------------------------------------------------------------------------------------------
+# The columnar HTTP body: direct_channel_writer.v2.WriteBatchesRequest
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["encode_columnar_fast", "encode_columnar_generated"])
+def test_our_columnar_bytes_parse_with_their_classes(ours: Ours, command: str) -> None:
+    data = ours(command, "ri.nominal.dataset.1", EDGE)
+    check_theirs_columnar(their_columnar.WriteBatchesRequest.FromString(data), "ri.nominal.dataset.1", EDGE)
+
+
+@pytest.mark.parametrize("command", ["decode_columnar_fast", "decode_columnar_generated"])
+def test_their_columnar_bytes_decode_with_ours(ours: Ours, command: str) -> None:
+    data = their_columnar_request("rid", EDGE).SerializeToString()
+    check_decoded(ours(command, data), "rid", EDGE, None)
+
+
+def test_their_classes_rebuild_our_columnar_bytes_to_the_same_values(ours: Ours) -> None:
+    data = ours("encode_columnar_fast", "rid", EDGE)
+    again = their_columnar.WriteBatchesRequest.FromString(data).SerializeToString(deterministic=True)
+    check_decoded(ours("decode_columnar_fast", again), "rid", EDGE, None)
+
+
+@pytest.mark.parametrize("command", ["decode_columnar_fast", "decode_columnar_generated"])
+def test_their_log_points_are_refused(ours: Ours, command: str) -> None:
+    req = their_columnar_request("rid", EDGE[:1])
+    logs = req.batches.add(channel="logs")
+    logs.points.timestamps.add(seconds=1, nanos=0)
+    logs.points.log_points.points.add().value.message = "engine armed"
+    with pytest.raises(AssertionError, match=r"MalformedBatchError: batches\[1\] \(channel 'logs'\): log points"):
+        ours(command, req.SerializeToString())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(batches(), TEXT)
+def test_random_columnar_batches_both_directions(ours: Ours, bs: list[SeriesBatch], rid: str) -> None:
+    check_theirs_columnar(their_columnar.WriteBatchesRequest.FromString(ours("encode_columnar_fast", rid, bs)), rid, bs)
+    check_decoded(ours("decode_columnar_fast", their_columnar_request(rid, bs).SerializeToString()), rid, bs, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The row HTTP body: io.nominal.scout.api.proto.WriteRequestNominal
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["encode_row_fast", "encode_row_generated"])
+def test_our_row_bytes_parse_with_their_classes(ours: Ours, command: str) -> None:
+    data = ours(command, EDGE, "ünicode session")
+    check_theirs_row(their_row.WriteRequestNominal.FromString(data), EDGE, "ünicode session")
+
+
+@pytest.mark.parametrize("command", ["decode_row_fast", "decode_row_generated"])
+def test_their_row_bytes_decode_with_ours(ours: Ours, command: str) -> None:
+    for session in (None, ""):
+        data = their_row_request(EDGE, session).SerializeToString()
+        check_decoded(ours(command, data, "ri.from.the.path"), "ri.from.the.path", EDGE, session)
+
+
+def test_their_classes_rebuild_our_row_bytes_to_the_same_values(ours: Ours) -> None:
+    data = ours("encode_row_fast", EDGE, "s")
+    again = their_row.WriteRequestNominal.FromString(data).SerializeToString(deterministic=True)
+    check_decoded(ours("decode_row_fast", again, "rid"), "rid", EDGE, "s")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(batches(), st.none() | TEXT)
+def test_random_row_batches_both_directions(ours: Ours, bs: list[SeriesBatch], session: str | None) -> None:
+    check_theirs_row(their_row.WriteRequestNominal.FromString(ours("encode_row_fast", bs, session)), bs, session)
+    data = their_row_request(bs, session).SerializeToString()
+    check_decoded(ours("decode_row_fast", data, "rid"), "rid", bs, session)
