@@ -1,8 +1,8 @@
 """The local server's write path: one request becomes one durable, atomic commit, or nothing.
 
 :class:`_Committer` validates the whole request, then under the dataset's condition variable
-checks stored types and the idempotency ledger and reserves the key and new series types (a
-conflicting writer waits for the outcome), builds and writes the commit file in ``staging``
+checks stored types and the idempotency ledger and reserves the key and new series types
+(``_ledger``; a conflicting writer waits for the outcome), builds and writes the commit file in ``staging``
 without the lock, and publishes it by one ``rename`` into ``commits`` plus the dataset's shared
 directory fsync. So a request is stored entirely or not at all, and its idempotency key (in the
 file's manifest) is durable exactly when its data is. A gate refuses commits once the server
@@ -19,18 +19,19 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from beam_nominal._wire.batch import MalformedBatchError, SeriesBatch
-from beam_nominal.model import SeriesKey, ValueType
+from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.server._durable import _fsync_dir, _write_commit_file, _write_durably
 from beam_nominal.server._format import _COMMITS, _DATASET_FILE, _HASHED_PREFIX, _STAGING, _build_commit, _dir_name
+from beam_nominal.server._index import _Dataset
+from beam_nominal.server._ledger import _busy, _reserve
 from beam_nominal.server._validate import _validate, check_dataset_rid
 
 if TYPE_CHECKING:
     # Types only: store imports this module (handlers get _Committer from there), so no import back at run time.
-    from beam_nominal.server.store import LocalStore, _Dataset
+    from beam_nominal.server.store import LocalStore
 
 
 class StoppingError(RuntimeError):
@@ -119,86 +120,15 @@ class _Committer:
             existing = self.store._dataset(rid)
             if existing is not None:
                 with existing.cond:
-                    self._busy(existing, types, None, batches)
+                    _busy(existing, types, None, batches)
             return True
         ds = self.store._dataset(rid, create=True)
         assert ds is not None
-        with self._reserve(ds, batches, types, idempotency_key) as fresh:
+        with _reserve(ds, batches, types, idempotency_key) as fresh:
             if not fresh:
                 return False
             self._publish(ds, batches, idempotency_key, source_name)
         return True
-
-    @staticmethod
-    def _busy(
-        ds: _Dataset, types: Mapping[SeriesKey, ValueType], key: str | None, batches: Sequence[SeriesBatch]
-    ) -> bool:
-        """Whether to wait for writes in progress (caller holds ``ds.cond``).
-
-        Raises:
-            MalformedBatchError: a type conflicting with a stored series.
-        """
-        busy = key is not None and key in ds.pending_keys
-        series, pending_types = ds.series, ds.pending_types
-        for skey, vt in types.items():
-            stored = series.get(skey)
-            if stored is not None:
-                if stored.value_type is not vt:
-                    i = next(i for i, b in enumerate(batches) if b.key == skey)
-                    raise MalformedBatchError(
-                        i,
-                        skey.channel,
-                        f"value type {vt.value} conflicts with the stored type "
-                        f"{stored.value_type.value} of series {skey.describe()}",
-                    )
-                continue
-            pending = pending_types.get(skey)
-            if pending is not None and pending[0] is not vt:
-                busy = True
-        return busy
-
-    @contextlib.contextmanager
-    def _reserve(
-        self,
-        ds: _Dataset,
-        batches: Sequence[SeriesBatch],
-        types: Mapping[SeriesKey, ValueType],
-        key: str | None,
-    ) -> Iterator[bool]:
-        """Claim the idempotency key and pin new series types for the duration of one write.
-
-        Yields False, claiming nothing, when the key is already stored.
-        """
-        new_pins: list[SeriesKey] = []
-        with ds.cond:
-            # Wait while a write of the same key, or one pinning a type we disagree with, is in
-            # progress: its outcome decides whether we are a duplicate or a conflict.
-            while not (duplicate := key is not None and key in ds.keys) and self._busy(ds, types, key, batches):
-                ds.cond.wait()
-            if not duplicate:
-                if key is not None:
-                    ds.pending_keys.add(key)
-                for skey, vt in types.items():
-                    if skey not in ds.series:
-                        pinned = ds.pending_types.get(skey)
-                        ds.pending_types[skey] = (vt, (pinned[1] if pinned else 0) + 1)
-                        new_pins.append(skey)
-        if duplicate:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            with ds.cond:
-                if key is not None:
-                    ds.pending_keys.discard(key)
-                for skey in new_pins:
-                    vt, n = ds.pending_types[skey]
-                    if n == 1:
-                        del ds.pending_types[skey]
-                    else:
-                        ds.pending_types[skey] = (vt, n - 1)
-                ds.cond.notify_all()
 
     def _publish(self, ds: _Dataset, batches: Sequence[SeriesBatch], key: str | None, source_name: str | None) -> None:
         commits = ds.root / _COMMITS

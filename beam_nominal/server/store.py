@@ -1,4 +1,4 @@
-"""Parquet storage of the local server: the per-dataset index, read-back, and the store's names.
+"""Parquet storage of the local server: read-back, and the store's names.
 
 A request is stored as one Parquet commit file, entirely or not at all, and its idempotency key is
 durable exactly when its data is. The storage is split by job:
@@ -7,10 +7,14 @@ durable exactly when its data is. The storage is split by job:
 - ``_format``: the on-disk layout and the commit file, encoded from a request and decoded to
   index entries;
 - ``_durable``: the fsync and fdatasync steps that make a commit durable;
+- ``_index``: the index of each dataset, rebuilt from commit footers and updated by the write
+  path (``_Dataset``, with the group fsync of its ``commits`` directory, ``_GroupSync``;
+  ``SeriesInfo``);
+- ``_ledger``: the idempotency ledger of the write path (wait for a conflicting writer, claim
+  the key and new series types, or find the key already stored);
 - ``_commit``: the write path, ``_Committer`` (reserve, stage, publish; ``StoppingError``);
-- this module: the index of each dataset, rebuilt from commit footers and updated by the write
-  path (``_Dataset``, with the group fsync of its ``commits`` directory), and :class:`LocalStore`,
-  which reads it back, also while a server writes.
+- this module: :class:`LocalStore`, which reads the index and the files back, also while a
+  server writes.
 
 The server's handlers import all of these names from here.
 """
@@ -18,13 +22,11 @@ The server's handlers import all of these names from here.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import errno
 import itertools
 import json
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -34,198 +36,13 @@ import pyarrow.parquet as pq
 from beam_nominal.model import SeriesKey, ValueType
 from beam_nominal.server._commit import StoppingError as StoppingError
 from beam_nominal.server._commit import _Committer as _Committer
-from beam_nominal.server._durable import _fsync_dir
-from beam_nominal.server._format import (
-    _ARROW_TYPES,
-    _COMMIT_RE,
-    _COMMITS,
-    _DATASET_FILE,
-    _HASHED_PREFIX,
-    _MANIFEST_KEY,
-    _dir_name,
-    _entries,
-    _Entry,
-    _value_column,
-)
+from beam_nominal.server._format import _ARROW_TYPES, _COMMITS, _DATASET_FILE, _HASHED_PREFIX, _dir_name, _value_column
+from beam_nominal.server._index import SeriesInfo as SeriesInfo
+from beam_nominal.server._index import _Dataset, _Series
+from beam_nominal.server._index import _GroupSync as _GroupSync
 from beam_nominal.server._validate import _RID_RE, InvalidRequestError, check_dataset_rid
 
 __all__ = ["InvalidRequestError", "LocalStore", "SeriesInfo", "check_dataset_rid"]
-
-
-@dataclasses.dataclass(frozen=True)
-class SeriesInfo:
-    """What the store holds for one series of one dataset."""
-
-    dataset_rid: str
-    channel: str
-    tags: dict[str, str]
-    value_type: ValueType
-    count: int
-    min_timestamp_ns: int
-    max_timestamp_ns: int
-
-
-# ---------------------------------------------------------------------------------------------
-# In-memory index, rebuilt from manifests
-# ---------------------------------------------------------------------------------------------
-
-# Rows ``[offset, offset + count)`` of commit file ``commit`` (sequence number ``seq``) belong to
-# one series: (seq, commit, offset, count). Plain tuples: thousands are made per commit.
-_Segment = tuple[int, str, int, int]
-
-
-@dataclasses.dataclass(slots=True)
-class _Series:
-    value_type: ValueType
-    count: int = 0
-    min_ts: int = 0
-    max_ts: int = 0
-    segments: list[_Segment] = dataclasses.field(default_factory=list)
-
-
-class _GroupSync:
-    """One fsync of a directory for every rename that completed before it started.
-
-    A writer joins the open round after its rename and waits for that round's fsync. The first
-    waiter to find no fsync running runs it for the whole round; renames landing meanwhile join
-    the next round. So with requests in flight, one directory fsync acknowledges several
-    commits, and each reply still follows a durable rename of its own.
-    """
-
-    class _Round:
-        __slots__ = ("done", "error")
-
-        def __init__(self) -> None:
-            self.done = False
-            self.error: OSError | None = None
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._cond = threading.Condition()
-        self._open = self._Round()
-        self._running = False
-
-    def join(self) -> _GroupSync._Round:
-        """Call after the rename: the round whose fsync makes it durable."""
-        with self._cond:
-            return self._open
-
-    def wait(self, mine: _GroupSync._Round) -> None:
-        """Return once ``mine``'s fsync succeeded.
-
-        Raises:
-            OSError: that fsync failed (every writer of the round gets the error).
-        """
-        with self._cond:
-            while not mine.done and self._running:
-                self._cond.wait()
-            if not mine.done:
-                # No fsync running and ours not done: ours is the open round; run it.
-                assert mine is self._open
-                self._open = self._Round()
-                self._running = True
-                lead = True
-            else:
-                lead = False
-        if lead:
-            synced = False
-            try:
-                _fsync_dir(self.path)
-                synced = True
-            except OSError as exc:
-                mine.error = exc
-            finally:
-                if not synced and mine.error is None:
-                    # Interrupted by something else: the others must not take it for success.
-                    mine.error = OSError(errno.EIO, "directory fsync did not complete")
-                with self._cond:
-                    mine.done = True
-                    self._running = False
-                    self._cond.notify_all()
-        if mine.error is not None:
-            raise mine.error
-
-
-class _Dataset:
-    """Committed state of one dataset plus the reservations of writes in progress.
-
-    ``cond`` guards everything here. Writers pin new series types and claim idempotency keys under
-    it, write their files without it, and publish under it again.
-    """
-
-    def __init__(self, rid: str, root: Path) -> None:
-        self.rid = rid
-        self.root = root
-        self.cond = threading.Condition()
-        self.series: dict[SeriesKey, _Series] = {}
-        self.keys: set[str] = set()
-        self.commits: set[str] = set()
-        self.next_seq = 1
-        # Writes in progress: series type pins (type, number of writers) and idempotency keys.
-        self.pending_types: dict[SeriesKey, tuple[ValueType, int]] = {}
-        self.pending_keys: set[str] = set()
-        # Set once the writer has made sure ``commits`` and ``staging`` exist.
-        self.ready = False
-        self.sync = _GroupSync(root / _COMMITS)
-
-    def load_commit(self, name: str) -> None:
-        """Fold one committed file into the index (caller holds ``cond``)."""
-        m = _COMMIT_RE.fullmatch(name)
-        if m is None or name in self.commits:
-            return
-        try:
-            # Footer only: the manifest is in the key-value metadata.
-            meta = pq.read_metadata(self.root / _COMMITS / name).metadata or {}
-            manifest = json.loads(meta[_MANIFEST_KEY.encode()])
-            entries = _entries(manifest)
-        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
-            # A commit file is only ever published complete; an unreadable one was damaged
-            # outside the server. Skipping it keeps the rest of the dataset readable.
-            return
-        self.apply(name, int(m.group(1)), manifest.get("idempotency_key"), entries)
-
-    def apply(self, name: str, seq: int, key: str | None, entries: Sequence[_Entry]) -> None:
-        """Index one commit (caller holds ``cond``); a commit already indexed is left alone."""
-        if name in self.commits:
-            # A refresh can index a commit between its rename and its writer's own apply.
-            return
-        self.commits.add(name)
-        self.next_seq = max(self.next_seq, seq + 1)
-        if key is not None:
-            self.keys.add(key)
-        series = self.series
-        for skey, vt, count, lo, hi, offset in entries:
-            state = series.get(skey)
-            if state is None:
-                series[skey] = _Series(vt, count, lo, hi, [(seq, name, offset, count)])
-            else:
-                state.count += count
-                if lo < state.min_ts:
-                    state.min_ts = lo
-                if hi > state.max_ts:
-                    state.max_ts = hi
-                state.segments.append((seq, name, offset, count))
-
-    def refresh(self) -> None:
-        """Load commits published since the last look (by this or another process)."""
-        try:
-            names = os.listdir(self.root / _COMMITS)
-        except FileNotFoundError:
-            return
-        with self.cond:
-            new = [n for n in names if n not in self.commits]
-            for name in sorted(new):
-                self.load_commit(name)
-
-    def info(self, key: SeriesKey, state: _Series) -> SeriesInfo:
-        return SeriesInfo(
-            self.rid, key.channel, dict(key.tags), state.value_type, state.count, state.min_ts, state.max_ts
-        )
-
-
-# ---------------------------------------------------------------------------------------------
-# Read API
-# ---------------------------------------------------------------------------------------------
 
 
 class LocalStore:

@@ -13,9 +13,9 @@ import pytest
 
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.model import SeriesKey, ValueType
-from beam_nominal.server import LocalStore
-from beam_nominal.server import store as store_mod
-from beam_nominal.server.store import _Committer, _GroupSync
+from beam_nominal.server import LocalStore, _index
+from beam_nominal.server._index import _GroupSync
+from beam_nominal.server.store import _Committer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -58,7 +58,7 @@ def wait_in_thread(sync: _GroupSync, done: list[str], name: str, mine: Any = Non
 
 def test_rename_during_an_fsync_waits_for_the_next_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fsync = GatedFsync()
-    monkeypatch.setattr(store_mod, "_fsync_dir", fsync)
+    monkeypatch.setattr(_index, "_fsync_dir", fsync)
     sync = _GroupSync(tmp_path)
     done: list[str] = []
     a = wait_in_thread(sync, done, "a")
@@ -80,7 +80,7 @@ def test_rename_during_an_fsync_waits_for_the_next_one(tmp_path: Path, monkeypat
 
 def test_a_failed_fsync_fails_every_commit_of_its_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fsync = GatedFsync()
-    monkeypatch.setattr(store_mod, "_fsync_dir", fsync)
+    monkeypatch.setattr(_index, "_fsync_dir", fsync)
     sync = _GroupSync(tmp_path)
     done: list[str] = []
     fsync.fail_next = OSError(5, "disk gone")
@@ -147,7 +147,7 @@ def test_malloc_thresholds_are_accepted_on_glibc() -> None:
 
 def test_an_interrupted_fsync_is_no_success_for_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fsync = GatedFsync()
-    monkeypatch.setattr(store_mod, "_fsync_dir", fsync)
+    monkeypatch.setattr(_index, "_fsync_dir", fsync)
     sync = _GroupSync(tmp_path)
     done: list[str] = []
     first, second = sync.join(), sync.join()

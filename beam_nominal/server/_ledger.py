@@ -1,0 +1,86 @@
+"""The idempotency ledger of the local server's write path: which request may write now.
+
+Under the dataset's condition variable a writer checks its series types against the stored ones,
+waits while a write of the same idempotency key, or one pinning a series type it disagrees with,
+is in progress (its outcome decides whether this one is a duplicate or a conflict), and then
+claims its key and pins its new series types until its commit is published or fails. A key
+already committed makes the request a duplicate: nothing is claimed or written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+
+from beam_nominal._wire.batch import MalformedBatchError, SeriesBatch
+from beam_nominal.model import SeriesKey, ValueType
+from beam_nominal.server._index import _Dataset
+
+
+def _busy(ds: _Dataset, types: Mapping[SeriesKey, ValueType], key: str | None, batches: Sequence[SeriesBatch]) -> bool:
+    """Whether to wait for writes in progress (caller holds ``ds.cond``).
+
+    Raises:
+        MalformedBatchError: a type conflicting with a stored series.
+    """
+    busy = key is not None and key in ds.pending_keys
+    series, pending_types = ds.series, ds.pending_types
+    for skey, vt in types.items():
+        stored = series.get(skey)
+        if stored is not None:
+            if stored.value_type is not vt:
+                i = next(i for i, b in enumerate(batches) if b.key == skey)
+                raise MalformedBatchError(
+                    i,
+                    skey.channel,
+                    f"value type {vt.value} conflicts with the stored type "
+                    f"{stored.value_type.value} of series {skey.describe()}",
+                )
+            continue
+        pending = pending_types.get(skey)
+        if pending is not None and pending[0] is not vt:
+            busy = True
+    return busy
+
+
+@contextlib.contextmanager
+def _reserve(
+    ds: _Dataset,
+    batches: Sequence[SeriesBatch],
+    types: Mapping[SeriesKey, ValueType],
+    key: str | None,
+) -> Iterator[bool]:
+    """Claim the idempotency key and pin new series types for the duration of one write.
+
+    Yields False, claiming nothing, when the key is already stored.
+    """
+    new_pins: list[SeriesKey] = []
+    with ds.cond:
+        # Wait while a write of the same key, or one pinning a type we disagree with, is in
+        # progress: its outcome decides whether we are a duplicate or a conflict.
+        while not (duplicate := key is not None and key in ds.keys) and _busy(ds, types, key, batches):
+            ds.cond.wait()
+        if not duplicate:
+            if key is not None:
+                ds.pending_keys.add(key)
+            for skey, vt in types.items():
+                if skey not in ds.series:
+                    pinned = ds.pending_types.get(skey)
+                    ds.pending_types[skey] = (vt, (pinned[1] if pinned else 0) + 1)
+                    new_pins.append(skey)
+    if duplicate:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        with ds.cond:
+            if key is not None:
+                ds.pending_keys.discard(key)
+            for skey in new_pins:
+                vt, n = ds.pending_types[skey]
+                if n == 1:
+                    del ds.pending_types[skey]
+                else:
+                    ds.pending_types[skey] = (vt, n - 1)
+            ds.cond.notify_all()
