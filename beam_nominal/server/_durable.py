@@ -3,7 +3,7 @@
 A commit is acknowledged only after its bytes (``fdatasync`` of the file) and its name (``fsync`` of
 the directory it was renamed into) are on disk; these helpers are those steps, kept in one place
 so what "durable" means can be read at a glance. The directory fsync shared by concurrent commits
-is ``store._GroupSync``, beside the per-dataset state that holds one.
+is ``_index._GroupSync``, beside the per-dataset state that holds one.
 """
 
 from __future__ import annotations
