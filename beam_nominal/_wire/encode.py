@@ -61,8 +61,6 @@ _NS = 1_000_000_000
 # Tag bytes: (field number << 3) | wire type; 2 = length-delimited.
 _T1 = b"\x0a"
 _T2 = b"\x12"
-_T3 = b"\x1a"
-_T4 = b"\x22"
 
 
 def _key(number: int) -> bytes:
@@ -822,7 +820,7 @@ def request_overhead_bytes(
     """Bytes of a request that are not in any batch: the rid and source name fields.
 
     ``len(encode_request(rid, bs, name)) == request_overhead_bytes(rid, name) +
-    sum(encoded_size(b) for b in bs)``.
+    sum(encoded_size(b) for b in bs)``, and likewise for :func:`encode_columns` of any layout.
     """
     size = len(_string_field(layout.rid_key, dataset_rid)) if dataset_rid else 0
     if source_name is not None:
@@ -833,7 +831,8 @@ def request_overhead_bytes(
 
 
 def encoded_size(batch: SeriesBatch, *, layout: ColumnLayout = COLUMN_BATCHES) -> int:
-    """Exact bytes ``batch`` adds to a request (its ``ColumnBatch`` with tag and length).
+    """Exact bytes ``batch`` adds to a request of the ``layout`` form (its batch message with tag
+    and length: a ``ColumnBatch`` by default).
 
     Cost: constant for doubles (plus one ``min`` over the timestamps); one vector pass over the
     values for int64/uint64; a join and encode of the text for strings, structs and string arrays

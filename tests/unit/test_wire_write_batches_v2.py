@@ -36,7 +36,7 @@ from beam_nominal._wire._proto.nominal.direct_channel_writer.v2 import (
     direct_nominal_channel_writer_pb2 as dcw,
 )
 from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
-from beam_nominal._wire.encode import encoded_size, estimate_batch_bytes
+from beam_nominal._wire.encode import encode_columns, encoded_size, estimate_batch_bytes, request_overhead_bytes
 from beam_nominal._wire.write_batches_v2 import (
     decode_write_batches_v2,
     encode_write_batches_v2,
@@ -448,3 +448,26 @@ def test_encoder_rejects_bad_batches_naming_them(batch: SeriesBatch, error: type
         encode_write_batches_v2("r", [good, batch])
     assert "batches[1] (series 'x'" in str(info.value)
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("form", ["grpc", "columnar"])
+def test_a_packed_header_cut_at_the_end_of_the_request_is_a_decode_error(form: str) -> None:
+    # One fixed-width timestamp, then an int64 member whose packed field's length varint is cut
+    # by the end of the bytes, right after the whole-request fast path's layout checks.
+    cut = b"\x0a\x80"
+    if form == "grpc":
+        entry = _ld(3, b"\x08" + _padded_varint(0, 5) + b"\x10" + _padded_varint(5, 5))
+        data, decode = _ld(2, _ld(1, b"c") + entry + _ld(4, _ld(3, cut))), dec.decode_request
+    else:
+        data = _ld(1, _ld(1, b"c") + _ld(3, _ts_v2(0, 5, (5, 5)) + _ld(5, cut)))
+        decode = decode_write_batches_v2
+    assert data.endswith(cut)
+    with pytest.raises(DecodeError):
+        decode(data)
+
+
+def test_a_form_without_a_source_name_field_refuses_one() -> None:
+    with pytest.raises(ValueError, match="no source name field"):
+        encode_columns(v2.WRITE_BATCHES_V2, RID, EDGE[:1], "source")
+    with pytest.raises(ValueError, match="no source name field"):
+        request_overhead_bytes(RID, "source", layout=v2.WRITE_BATCHES_V2)
