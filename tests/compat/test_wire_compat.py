@@ -205,12 +205,15 @@ def _ns_pairs(b: SeriesBatch) -> list[tuple[int, int]]:
     return [divmod(int(x), 10**9) for x in b.timestamps]
 
 
+def _same_optional(msg: Any, field: str, want: str | None) -> None:
+    assert msg.HasField(field) == (want is not None), field
+    assert want is None or getattr(msg, field) == want, field
+
+
 def check_theirs(msg: Any, rid: str, want: list[SeriesBatch], source: str | None) -> None:
     """Compare a gRPC request parsed by Nominal's classes with the batches it was encoded from."""
     assert msg.data_source_rid == rid
-    assert msg.HasField("source_name") == (source is not None)
-    if source is not None:
-        assert msg.source_name == source
+    _same_optional(msg, "source_name", source)
     assert len(msg.batches) == len(want)
     for i, (cb, b) in enumerate(zip(msg.batches, want, strict=True)):
         where = f"batches[{i}]"
@@ -235,9 +238,7 @@ def check_theirs_columnar(msg: Any, rid: str, want: list[SeriesBatch]) -> None:
 
 def check_theirs_row(msg: Any, want: list[SeriesBatch], session: str | None) -> None:
     """Compare a row HTTP body parsed by Nominal's classes with the batches it was encoded from."""
-    assert msg.HasField("session_name") == (session is not None)
-    if session is not None:
-        assert msg.session_name == session
+    _same_optional(msg, "session_name", session)
     assert len(msg.series) == len(want)
     for i, (series, b) in enumerate(zip(msg.series, want, strict=True)):
         where = f"series[{i}]"
