@@ -745,7 +745,7 @@ def _varints_at(words: U64) -> tuple[U64, I64] | None:
     return v, length.astype(np.int64)
 
 
-def _point_chain(arr: U8, cand: I64) -> I64 | None:
+def _point_chain(arr: U8, cand: I64, nxt: I64) -> I64 | None:
     """The start of every point of a region of ``0a L <L bytes>`` points (L < 128).
 
     Sequential parsing is the chain ``start[k + 1] = start[k] + 2 + L[k]`` from 0 to the end of
@@ -754,16 +754,13 @@ def _point_chain(arr: U8, cand: I64) -> I64 | None:
     followed in Python, from the last good position: candidates it steps over (a value's bytes
     that look like a point start) are dropped, positions that are no candidate (a point of a
     rarer form) are taken as they are. None when the chain does not end exactly at the end of
-    the region, or after too many such steps (upb is then no slower).
+    the region, or after too many such steps (upb is then no slower). ``nxt``: where the point
+    at each candidate would end.
     """
     total = arr.shape[0]
-    if cand.shape[0]:
-        nxt = cand + 2 + arr[cand + 1]
-        bad = np.flatnonzero(nxt[:-1] != cand[1:])
-        if cand[0] == 0 and bad.shape[0] == 0 and int(nxt[-1]) == total:
-            return cand
-    else:
-        nxt = bad = cand
+    bad = np.flatnonzero(nxt[:-1] != cand[1:])
+    if cand.shape[0] and cand[0] == 0 and bad.shape[0] == 0 and int(nxt[-1]) == total:
+        return cand
     steps = _MAX_REPAIRS + total // 400
     pieces: list[I64] = []
     last = cand.shape[0]
@@ -790,22 +787,21 @@ def _point_chain(arr: U8, cand: I64) -> I64 | None:
     return np.concatenate(pieces) if len(pieces) != 1 else pieces[0]
 
 
-def _double_candidates(arr: U8) -> I64:
-    """Offsets that likely start a DoublePoint: ``0a L 0a``, a point with a timestamp (an inner
-    ``0a T`` is followed by ``08`` or ``10`` instead). Points without one are rare (the epoch)
-    and are found by :func:`_point_chain`."""
+def _double_candidates(arr: U8) -> tuple[I64, I64]:
+    """Offsets that likely start a DoublePoint, and where each such point would end: ``0a L
+    0a``, a point with a timestamp (an inner ``0a T`` is followed by ``08`` or ``10`` instead).
+    Points without one are rare (the epoch) and are found by :func:`_point_chain`."""
     total = arr.shape[0]
-    parts = []
+    starts = []
     for b0 in range(0, total - 2, _SCAN_BLOCK):
         b1 = min(b0 + _SCAN_BLOCK, total - 2)
         head = arr[b0:b1] == 0x0A
         head &= arr[b0 + 2 : b1 + 2] == 0x0A
         c = np.flatnonzero(head)
         c += b0
-        parts.append(c)
-    if not parts:
-        return np.empty(0, dtype=np.int64)
-    return np.concatenate(parts) if len(parts) != 1 else parts[0]
+        starts.append(c)
+    cand = np.concatenate(starts) if len(starts) != 1 else starts[0] if starts else np.empty(0, dtype=np.int64)
+    return cand, cand + 2 + arr[cand + 1]
 
 
 def _doubles(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tuple[I64, npt.NDArray[Any], I64]:
@@ -851,7 +847,7 @@ def _canonical_doubles(
     arr = np.frombuffer(buf, dtype=np.uint8, count=stop - start, offset=start)
     if arr.shape[0] < 2:
         raise _Fallback
-    chain = _point_chain(arr, _double_candidates(arr))
+    chain = _point_chain(arr, *_double_candidates(arr))
     if chain is None:
         raise _Fallback
     n = chain.shape[0]
@@ -860,13 +856,13 @@ def _canonical_doubles(
     # region, inside the buffer; a buffer that ends sooner gets 3 zero bytes in a copy.
     full = np.frombuffer(buf if stop + 3 <= len(buf) else buf + bytes(3), dtype=np.uint8)
     words = _Words(buf)
-    sec = np.empty(n, dtype=np.int64)
-    nanos = np.empty(n, dtype=np.int64)
+    ns = np.empty(n, dtype=np.int64)
     values = np.empty(n, dtype=np.float64)
     for b0 in range(0, n, _POINT_BLOCK):
         b1 = min(b0 + _POINT_BLOCK, n)
-        _double_block(full, words, chain[b0:b1] + start, sec[b0:b1], nanos[b0:b1], values[b0:b1])
-    return _timestamps_ns(sec, nanos), values, counts
+        block = chain[b0:b1] + start
+        _double_block(full, words, block, ns[b0:b1], values[b0:b1])
+    return ns, values, counts
 
 
 def _region_counts(chain: I64, bounds: I64 | None, total: int) -> I64:
@@ -881,8 +877,7 @@ def _region_counts(chain: I64, bounds: I64 | None, total: int) -> I64:
     return np.diff(np.append(at, chain.shape[0]))
 
 
-def _double_block(full: U8, words: _Words, chain: I64, sec_out: I64, nanos_out: I64,
-                  values_out: npt.NDArray[np.float64]) -> None:
+def _double_block(full: U8, words: _Words, chain: I64, ns_out: I64, values_out: npt.NDArray[np.float64]) -> None:
     """Check and read the points starting at the offsets ``chain`` of ``full`` (the buffer)."""
     lens = full[chain + 1].astype(np.int64)
     key = full[chain + 2]
@@ -918,9 +913,13 @@ def _double_block(full: U8, words: _Words, chain: I64, sec_out: I64, nanos_out: 
         values_out[:] = 0.0
         with_value = np.flatnonzero(has_value)
         values_out[with_value] = words.at(value_at[with_value] + 1).view("<f8")
-    sec_out[:] = sec.view(np.int64)
     # nanos is an int32 field: a wider varint keeps its low 32 bits, as every parser does.
-    nanos_out[:] = (nanos & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32)
+    nanos32 = (nanos & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
+    sec64 = sec.view(np.int64)
+    if _out_of_range(sec64, nanos32) is not None:
+        raise _Fallback  # upb then names the point
+    np.multiply(sec64, _NS, out=ns_out)
+    ns_out += nanos32
 
 
 def _timestamp_bodies(words: _Words, body: I64, t_len: I64) -> tuple[U64, U64]:
