@@ -483,7 +483,7 @@ def decode_write_nominal(data: bytes | bytearray | memoryview, dataset_rid: str)
         except MalformedBatchError as exc:
             malformed[i] = exc
             continue
-        if walked.field in _VALUE_TYPES and _VALUE_TYPES[walked.field].numpy_dtype is not None:
+        if walked.field in _VALUE_TYPES:
             groups.setdefault(_group_key(buf, walked), []).append(walked)
         else:
             slow.append(i)
@@ -643,13 +643,13 @@ def _channel_name(buf: bytes, start: int, stop: int, where: str) -> str:
 def _group_key(buf: bytes, w: _Walked) -> tuple[int, int, int]:
     """Numeric series decoded together: doubles all in one group, integers by the layout of
     their first point (our padded varints have a width per series, so a stride per group)."""
-    if w.field == 1 or w.stop - w.start < 4:
+    if w.field in (1, 2, 5) or w.stop - w.start < 4:
         return w.field, 0, 0
     return w.field, buf[w.start + 1], buf[w.start + 3]
 
 
-def _numeric_points(buf: bytes, field: int, start: int, stop: int) -> tuple[I64, npt.NDArray[Any]]:
-    """(timestamps, values) of the points of one numeric member.
+def _numeric_points(buf: bytes, field: int, start: int, stop: int) -> tuple[I64, Any]:
+    """(timestamps, values) of the points of one numeric, string or struct member.
 
     Raises:
         _Fallback: a layout no vector path reads, or a timestamp near or past the int64 limits
@@ -658,6 +658,9 @@ def _numeric_points(buf: bytes, field: int, start: int, stop: int) -> tuple[I64,
     if field == 1:
         ns, values, _ = _doubles(buf, start, stop)
         return ns, values
+    if field in (2, 5):
+        ns, strs, _ = _strings(buf, start, stop)
+        return ns, strs
     ns, values, _ = _fixed_integers(buf, start, stop, _VALUE_TYPES[field])
     return ns, values
 
@@ -674,8 +677,11 @@ def _numeric_group(buf: bytes, members: list[_Walked]) -> dict[int, SeriesBatch]
     bounds = np.zeros(len(members) + 1, dtype=np.int64)
     np.cumsum(np.array(sizes, dtype=np.int64), out=bounds[1:])
     try:
+        values: Any
         if field == 1:
             ns, values, counts = _doubles(joined, 0, len(joined), bounds)
+        elif field in (2, 5):
+            ns, values, counts = _strings(joined, 0, len(joined), bounds)
         else:
             ns, values, counts = _fixed_integers(joined, 0, len(joined), _VALUE_TYPES[field], bounds)
     except _Fallback:
@@ -692,8 +698,6 @@ def _numeric_group(buf: bytes, members: list[_Walked]) -> dict[int, SeriesBatch]
 _U = np.uint64
 _HIGH_BITS = _U(0x8080_8080_8080_8080)
 _LOW_BITS = _U(0x7F7F_7F7F_7F7F_7F7F)
-# Longest DoublePoint read here: 0a T (08 + 7-byte seconds, 10 + 7-byte nanos) + 11 + 8 bytes.
-_MAX_DOUBLE_POINT = 2 + 16 + 9
 # At most this many false point starts (a value's bytes that look like one), besides one in 16
 # points, are stepped over before a series is left to upb.
 _MAX_REPAIRS = 64
@@ -787,10 +791,10 @@ def _point_chain(arr: U8, cand: I64, nxt: I64) -> I64 | None:
     return np.concatenate(pieces) if len(pieces) != 1 else pieces[0]
 
 
-def _double_candidates(arr: U8) -> tuple[I64, I64]:
-    """Offsets that likely start a DoublePoint, and where each such point would end: ``0a L
-    0a``, a point with a timestamp (an inner ``0a T`` is followed by ``08`` or ``10`` instead).
-    Points without one are rare (the epoch) and are found by :func:`_point_chain`."""
+def _point_candidates(arr: U8) -> tuple[I64, I64]:
+    """Offsets that likely start a point, and where each such point would end: ``0a L 0a``, a
+    point with a timestamp (an inner ``0a T`` is followed by ``08`` or ``10`` instead). Points
+    without one are rare (the epoch) and are found by :func:`_point_chain`."""
     total = arr.shape[0]
     starts = []
     for b0 in range(0, total - 2, _SCAN_BLOCK):
@@ -847,7 +851,7 @@ def _canonical_doubles(
     arr = np.frombuffer(buf, dtype=np.uint8, count=stop - start, offset=start)
     if arr.shape[0] < 2:
         raise _Fallback
-    chain = _point_chain(arr, *_double_candidates(arr))
+    chain = _point_chain(arr, *_point_candidates(arr))
     if chain is None:
         raise _Fallback
     n = chain.shape[0]
@@ -865,6 +869,55 @@ def _canonical_doubles(
     return ns, values, counts
 
 
+def _strings(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tuple[I64, list[str], I64]:
+    """(timestamps, values, points per region) of ``StringPoints`` / ``StructPoints`` bytes whose
+    points are all shorter than 128 bytes: ``0a L [0a T <timestamp>] [12 len <UTF-8>]``, in any
+    varint encoding (ours and prost's). The value fields are cut out with one mask and parsed
+    by upb as one repeated string (which checks the UTF-8); the rest as for doubles.
+
+    Raises:
+        _Fallback: anything else (longer points, unknown fields, ...), as for :func:`_doubles`.
+    """
+    arr = np.frombuffer(buf, dtype=np.uint8, count=stop - start, offset=start)
+    total = arr.shape[0]
+    if total == 0:
+        return np.empty(0, dtype=np.int64), [], _region_counts(np.empty(0, dtype=np.int64), bounds, 0)
+    if total < 2:
+        raise _Fallback
+    chain = _point_chain(arr, *_point_candidates(arr))
+    if chain is None:
+        raise _Fallback
+    n = chain.shape[0]
+    counts = _region_counts(chain, bounds, total)
+    full = np.frombuffer(buf if stop + 3 <= len(buf) else buf + bytes(3), dtype=np.uint8)
+    words = _Words(buf)
+    ns = np.empty(n, dtype=np.int64)
+    # +1 where a point's value field starts, -1 where it ends: their running sum marks its bytes.
+    marks = np.zeros(total + 1, dtype=np.int8)
+    present: list[I64] = []
+    for b0 in range(0, n, _POINT_BLOCK):
+        b1 = min(b0 + _POINT_BLOCK, n)
+        block = chain[b0:b1] + start
+        heads = _point_heads(full, block, 0x12)
+        has_value = heads.rest > 0
+        value_at = block + 2 + heads.lens - heads.rest
+        at = value_at[has_value]
+        if not ((full[at] == 0x12) & (full[at + 1] == heads.rest[has_value] - 2)).all():
+            raise _Fallback
+        _point_timestamps(words, block, heads, ns[b0:b1])
+        at -= start
+        marks[at] = 1
+        marks[at + heads.rest[has_value]] = -1
+        present.append(np.flatnonzero(has_value) + b0)
+    fields = arr[np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)]
+    strs: list[str] = list(nw.StringArrayPoint.FromString(fields.tobytes()).value)
+    if len(strs) == n:
+        return ns, strs, counts
+    values = np.full(n, "", dtype=object)
+    values[np.concatenate(present)] = np.array(strs, dtype=object)
+    return ns, values.tolist(), counts
+
+
 def _region_counts(chain: I64, bounds: I64 | None, total: int) -> I64:
     """Points in each region between ``bounds``, each of which must start a point (or be the end)."""
     if bounds is None:
@@ -877,42 +930,47 @@ def _region_counts(chain: I64, bounds: I64 | None, total: int) -> I64:
     return np.diff(np.append(at, chain.shape[0]))
 
 
-def _double_block(full: U8, words: _Words, chain: I64, ns_out: I64, values_out: npt.NDArray[np.float64]) -> None:
-    """Check and read the points starting at the offsets ``chain`` of ``full`` (the buffer)."""
+class _Heads(NamedTuple):
+    """The leading bytes of a block of points ``0a L [0a T <timestamp>] <value field>``."""
+
+    lens: I64  # L
+    t_len: I64  # T, 0 where there is no timestamp field
+    has_ts: npt.NDArray[np.bool_]
+    all_ts: bool
+    rest: I64  # bytes after the timestamp field: the value field's
+
+
+def _point_heads(full: U8, chain: I64, value_key: int) -> _Heads:
+    """Read and check the heads of the points at offsets ``chain`` of ``full`` (L < 128, T <= 16:
+    a point without a timestamp is empty or starts with its value field, key ``value_key``)."""
     lens = full[chain + 1].astype(np.int64)
     key = full[chain + 2]
-    t_len = full[chain + 3].astype(np.int64)
     has_ts = (key == 0x0A) & (lens >= 2)
     all_ts = bool(has_ts.all())
-    rest = lens - 2 - t_len if all_ts else lens - np.where(has_ts, 2 + t_len, 0)
-    # What follows the timestamp (or starts the point) is nothing or the value field, exactly;
-    # a point without a timestamp is empty or starts with the value.
-    value_at = chain + 2 + lens - 9
-    has_value = rest == 9
-    every_value = bool(has_value.all())
-    ok = (lens < _MAX_DOUBLE_POINT) & (t_len <= 16)
-    if every_value:
-        ok &= full[value_at] == 0x11
+    if all_ts:
+        t_len = full[chain + 3].astype(np.int64)
+        ok = t_len <= 16
     else:
-        ok &= (rest == 0) | (has_value & (full[np.where(has_value, value_at, chain)] == 0x11))
-    if not all_ts:
-        ok &= has_ts | (key == 0x11) | (lens == 0)
+        t_len = np.where(has_ts, full[chain + 3], 0).astype(np.int64)
+        ok = (t_len <= 16) & (has_ts | (key == value_key) | (lens == 0))
+    rest = lens - 2 - t_len if all_ts else lens - np.where(has_ts, 2 + t_len, 0)
+    ok &= (lens < 0x80) & (rest >= 0)
     if not ok.all():
         raise _Fallback
-    if all_ts and int(t_len.min()) > 0:
+    return _Heads(lens, t_len, has_ts, all_ts, rest)
+
+
+def _point_timestamps(words: _Words, chain: I64, heads: _Heads, ns_out: I64) -> None:
+    """Decode the timestamp fields of the points at ``chain`` into ``ns_out``."""
+    t_len = heads.t_len
+    if heads.all_ts and int(t_len.min()) > 0:
         sec, nanos = _timestamp_bodies(words, chain + 4, t_len)
     else:
-        with_body = np.flatnonzero(has_ts & (t_len > 0))
+        with_body = np.flatnonzero(t_len)
         sec = np.zeros(chain.shape[0], dtype=np.uint64)
         nanos = np.zeros(chain.shape[0], dtype=np.uint64)
         if with_body.shape[0]:
             sec[with_body], nanos[with_body] = _timestamp_bodies(words, chain[with_body] + 4, t_len[with_body])
-    if every_value:
-        values_out[:] = words.at(value_at + 1).view("<f8")
-    else:
-        values_out[:] = 0.0
-        with_value = np.flatnonzero(has_value)
-        values_out[with_value] = words.at(value_at[with_value] + 1).view("<f8")
     # nanos is an int32 field: a wider varint keeps its low 32 bits, as every parser does.
     nanos32 = (nanos & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
     sec64 = sec.view(np.int64)
@@ -920,6 +978,28 @@ def _double_block(full: U8, words: _Words, chain: I64, ns_out: I64, values_out: 
         raise _Fallback  # upb then names the point
     np.multiply(sec64, _NS, out=ns_out)
     ns_out += nanos32
+
+
+def _double_block(full: U8, words: _Words, chain: I64, ns_out: I64, values_out: npt.NDArray[np.float64]) -> None:
+    """Check and read the DoublePoints starting at the offsets ``chain`` of ``full`` (the buffer)."""
+    heads = _point_heads(full, chain, 0x11)
+    # After the timestamp: nothing (0.0) or the value field, exactly.
+    value_at = chain + 2 + heads.lens - 9
+    has_value = heads.rest == 9
+    every_value = bool(has_value.all())
+    if every_value:
+        ok = full[value_at] == 0x11
+    else:
+        ok = (heads.rest == 0) | (has_value & (full[np.where(has_value, value_at, chain)] == 0x11))
+    if not ok.all():
+        raise _Fallback
+    _point_timestamps(words, chain, heads, ns_out)
+    if every_value:
+        values_out[:] = words.at(value_at + 1).view("<f8")
+    else:
+        values_out[:] = 0.0
+        with_value = np.flatnonzero(has_value)
+        values_out[with_value] = words.at(value_at[with_value] + 1).view("<f8")
 
 
 def _timestamp_bodies(words: _Words, body: I64, t_len: I64) -> tuple[U64, U64]:

@@ -543,6 +543,31 @@ def test_canonical_doubles_decode_without_upb(no_fallback: None) -> None:
     assert_body_equal(batches[:1], decode_write_nominal(reference_row.encode(batches[:1]), RID), None)
 
 
+@pytest.mark.parametrize("vt", [V.STRING, V.STRUCT])
+def test_short_strings_decode_without_upb(no_fallback: None, vt: ValueType) -> None:
+    rng = np.random.default_rng(12)
+    # Newlines make 0a bytes, so text that looks like point starts; empty strings are omitted.
+    words = ["", "OK", "\n\n\n", "a\nb\nc", "héllo wörld", "日本語 🚀", "x" * 90, "\x00", "\n\x05\n"]
+    batches = []
+    for j in range(12):
+        n = int(rng.integers(0, 200))
+        ts = np.sort(rng.integers(0, 2**62, n))
+        ts[::5] = 0
+        values = [words[k] for k in rng.integers(0, len(words), n)]
+        batches.append(SeriesBatch(SeriesKey.of(f"s{j}"), vt, ts, values))
+    for data in (reference_row.encode(batches, "x"), encode_write_nominal(batches, "x")):
+        assert_body_equal(batches, decode_write_nominal(data, RID), "x")
+        assert_body_equal(batches[1:2], decode_write_nominal(reference_row.encode(batches[1:2], "x"), RID), "x")
+
+
+def test_invalid_utf8_in_a_string_point_is_a_decode_error() -> None:
+    points = _ld(1, _stamp(1, 0) + _ld(2, b"ok")) + _ld(1, _stamp(2, 0) + _ld(2, b"\xff\xfe"))
+    data = _series(_channel(b"s"), _ld(3, _ld(2, points)))
+    assert _oracle(data) is DecodeError
+    with pytest.raises(DecodeError):
+        decode_write_nominal(data, RID)
+
+
 # Bytes that make doubles look like point starts (0a L 0a ...) or hide them.
 _TRICKY = st.lists(st.sampled_from([0x0A, 0x11, 0x00, 0x09, 0x08, 0x10, 0x0C, 0x80, 0xFF]), min_size=8, max_size=8)
 
