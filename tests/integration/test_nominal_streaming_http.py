@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _exact import exact
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from nominal_streaming import NominalDatasetStream, PyNominalStreamOpts
@@ -31,15 +32,6 @@ TOKEN = "nominal-streaming-s3cret"
 T0 = 1_700_000_000_000_000_000
 
 Key = tuple[str, tuple[tuple[str, str], ...]]
-
-
-def exact(v: Any) -> Any:
-    """A comparable form that tells -0.0 from 0.0 and equates NaN with NaN."""
-    if isinstance(v, float):
-        return v.hex()
-    if isinstance(v, list):
-        return [exact(x) for x in v]
-    return v
 
 
 class Expected:

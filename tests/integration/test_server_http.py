@@ -30,6 +30,7 @@ import grpc
 import numpy as np
 import pytest
 import zstandard
+from _exact import exact
 from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -183,15 +184,6 @@ def post(port: int, path: str, body: bytes, headers: dict[str, str] | None = Non
     return request(port, "POST", path, body, {**AUTH, **PROTO, **(headers or {})})
 
 
-def exact(v: Any) -> Any:
-    """A comparable form that tells -0.0 from 0.0 and equates NaN with NaN."""
-    if isinstance(v, float):
-        return v.hex()
-    if isinstance(v, list):
-        return [exact(x) for x in v]
-    return v
-
-
 def assert_stored(store: LocalStore, rid: str, cases: list[tuple[str, dict[str, str], ValueType, list[Any]]]) -> None:
     infos = {(s.channel, tuple(sorted(s.tags.items()))): s for s in store.list_series(rid)}
     assert len(infos) == len(cases)
@@ -279,108 +271,51 @@ def _type_conflict() -> bytes:
     return columnar_body(REFUSE_RID, [("d", {}, ValueType.DOUBLE, [1.0] * 4), ("d", {}, ValueType.STRING, ["a"] * 4)])
 
 
-REFUSALS: dict[str, tuple[Callable[[], tuple[str, str, bytes | None, dict[str, str]]], int, str]] = {
-    "malformed protobuf": (
-        lambda: ("POST", columnar_path(), b"\xff\xff\xff\xff", {**AUTH, **PROTO}),
-        400,
-        "malformed_request",
-    ),
-    "malformed row protobuf": (
-        lambda: ("POST", row_path(REFUSE_RID), b"\x0a\x05\x0a", {**AUTH, **PROTO}),
-        400,
-        "malformed_request",
-    ),
-    "counts differ": (lambda: ("POST", columnar_path(), _bad_batches(), {**AUTH, **PROTO}), 400, "invalid_request"),
-    "type conflict": (lambda: ("POST", columnar_path(), _type_conflict(), {**AUTH, **PROTO}), 400, "invalid_request"),
-    "corrupt zstd": (
-        lambda: (
-            "POST",
-            columnar_path(),
-            compress(columnar_body(REFUSE_RID, CASES), "zstd")[:-7],
-            {**AUTH, **PROTO, "Content-Encoding": "zstd"},
-        ),
-        400,
-        "malformed_request",
-    ),
-    "corrupt gzip": (
-        lambda: (
-            "POST",
-            columnar_path(),
-            compress(columnar_body(REFUSE_RID, CASES), "gzip")[:-9],
-            {**AUTH, **PROTO, "Content-Encoding": "gzip"},
-        ),
-        400,
-        "malformed_request",
-    ),
-    "corrupt snappy": (
-        lambda: (
-            "POST",
-            columnar_path(),
-            compress(columnar_body(REFUSE_RID, CASES), "x-snappy-framed")[:-3],
-            {**AUTH, **PROTO, "Content-Encoding": "x-snappy-framed"},
-        ),
-        400,
-        "malformed_request",
-    ),
-    "unknown encoding": (
-        lambda: (
-            "POST",
-            columnar_path(),
-            columnar_body(REFUSE_RID, CASES),
-            {**AUTH, **PROTO, "Content-Encoding": "br"},
-        ),
-        415,
-        "unsupported_content_encoding",
-    ),
-    "wrong content type": (
-        lambda: (
-            "POST",
-            columnar_path(),
-            columnar_body(REFUSE_RID, CASES),
-            {**AUTH, "Content-Type": "application/json"},
-        ),
-        415,
-        "unsupported_media_type",
-    ),
-    "missing token": (
-        lambda: ("POST", columnar_path(), columnar_body(REFUSE_RID, CASES), dict(PROTO)),
-        401,
-        "unauthorized",
-    ),
-    "wrong token": (
-        lambda: (
-            "POST",
-            columnar_path(),
-            columnar_body(REFUSE_RID, CASES),
-            {**PROTO, "Authorization": f"Bearer {TOKEN}x"},
-        ),
-        401,
-        "unauthorized",
-    ),
-    "token without Bearer": (
-        lambda: ("POST", columnar_path(), columnar_body(REFUSE_RID, CASES), {**PROTO, "Authorization": TOKEN}),
-        401,
-        "unauthorized",
-    ),
-    "bad rid in body": (
-        lambda: ("POST", columnar_path(), columnar_body("../x", CASES), {**AUTH, **PROTO}),
-        400,
-        "invalid_request",
-    ),
-    "rid ..%2Fx": (
-        lambda: ("POST", "/api/storage/writer/v1/nominal/..%2Fx", row_body(CASES), {**AUTH, **PROTO}),
-        400,
-        "invalid_request",
-    ),
-    "raw path ../x": (lambda: ("POST", "/storage/writer/v1/nominal/../x", row_body(CASES), {**AUTH, **PROTO}), 400, ""),
-    "rid ..": (
-        lambda: ("POST", "/storage/writer/v1/nominal/..", row_body(CASES), {**AUTH, **PROTO}),
-        400,
-        "invalid_request",
-    ),
-    "GET on a write path": (lambda: ("GET", columnar_path(), None, dict(AUTH)), 405, "method_not_allowed"),
-    "GET on the row path": (lambda: ("GET", row_path(REFUSE_RID), None, dict(AUTH)), 405, "method_not_allowed"),
-    "unknown path": (lambda: ("POST", "/api/storage/writer/v2/nominal", b"", {**AUTH, **PROTO}), 404, "not_found"),
+Refusal = tuple[str, str, bytes | None, dict[str, str]]
+
+
+def _body() -> bytes:
+    return columnar_body(REFUSE_RID, CASES)
+
+
+def _columnar(body: Callable[[], bytes] = _body, **headers: str | None) -> Callable[[], Refusal]:
+    """A POST of ``body`` to the columnar path, with the token and content type unless overridden
+    (a header given as None is left out)."""
+    merged = {**AUTH, **PROTO, **headers}
+    return lambda: ("POST", columnar_path(), body(), {k: v for k, v in merged.items() if v is not None})
+
+
+def _cut(encoding: str, n: int) -> Callable[[], Refusal]:
+    """A compressed body missing its last ``n`` bytes."""
+    return _columnar(lambda: compress(_body(), encoding)[:-n], **{"Content-Encoding": encoding})
+
+
+def _to(method: str, path: str, body: bytes | None = None) -> Callable[[], Refusal]:
+    return lambda: (method, path, body, {**AUTH, **PROTO})
+
+
+# case -> (request, status, JSON error; "" where any 4xx will do)
+REFUSALS: dict[str, tuple[Callable[[], Refusal], int, str]] = {
+    "malformed protobuf": (_columnar(lambda: b"\xff\xff\xff\xff"), 400, "malformed_request"),
+    "malformed row protobuf": (_to("POST", row_path(REFUSE_RID), b"\x0a\x05\x0a"), 400, "malformed_request"),
+    "counts differ": (_columnar(_bad_batches), 400, "invalid_request"),
+    "type conflict": (_columnar(_type_conflict), 400, "invalid_request"),
+    "corrupt zstd": (_cut("zstd", 7), 400, "malformed_request"),
+    "corrupt gzip": (_cut("gzip", 9), 400, "malformed_request"),
+    "corrupt snappy": (_cut("x-snappy-framed", 3), 400, "malformed_request"),
+    "unknown encoding": (_columnar(**{"Content-Encoding": "br"}), 415, "unsupported_content_encoding"),
+    "wrong content type": (_columnar(**{"Content-Type": "application/json"}), 415, "unsupported_media_type"),
+    "missing token": (_columnar(Authorization=None), 401, "unauthorized"),
+    "empty token": (_columnar(Authorization="Bearer "), 401, "unauthorized"),
+    "wrong token": (_columnar(Authorization=f"Bearer {TOKEN}x"), 401, "unauthorized"),
+    "token without Bearer": (_columnar(Authorization=TOKEN), 401, "unauthorized"),
+    "bad rid in body": (_columnar(lambda: columnar_body("../x", CASES)), 400, "invalid_request"),
+    "rid ..%2Fx": (_to("POST", "/api/storage/writer/v1/nominal/..%2Fx", row_body(CASES)), 400, "invalid_request"),
+    "raw path ../x": (_to("POST", "/storage/writer/v1/nominal/../x", row_body(CASES)), 400, ""),
+    "rid ..": (_to("POST", "/storage/writer/v1/nominal/..", row_body(CASES)), 400, "invalid_request"),
+    "GET on a write path": (_to("GET", columnar_path()), 405, "method_not_allowed"),
+    "GET on the row path": (_to("GET", row_path(REFUSE_RID)), 405, "method_not_allowed"),
+    "unknown path": (_to("POST", "/api/storage/writer/v2/nominal", b""), 404, "not_found"),
 }
 
 

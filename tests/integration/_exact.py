@@ -1,0 +1,14 @@
+"""Exact comparison of read-back values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def exact(v: Any) -> Any:
+    """A comparable form that tells -0.0 from 0.0 and equates NaN with NaN."""
+    if isinstance(v, float):
+        return v.hex()
+    if isinstance(v, list):
+        return [exact(x) for x in v]
+    return v
