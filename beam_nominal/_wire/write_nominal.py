@@ -47,6 +47,7 @@ from beam_nominal._wire.decode import (
     _skip,
     _tag,
     _text,
+    _varint,
 )
 from beam_nominal._wire.encode import (
     TIMESTAMP_BYTES,
@@ -472,7 +473,7 @@ def decode_write_nominal(data: bytes | bytearray | memoryview, dataset_rid: str)
     malformed: dict[int, MalformedBatchError] = {}
     # Numeric series by points member (and layout, see _group_key): their points are decoded
     # together, as one region, when they allow it.
-    groups: dict[tuple[int, int, int], list[_Walked]] = {}
+    groups: dict[tuple[ValueType, int, int], list[_Walked]] = {}
     slow: list[int] = []
     for i, (s, e) in enumerate(spans):
         try:
@@ -483,19 +484,16 @@ def decode_write_nominal(data: bytes | bytearray | memoryview, dataset_rid: str)
         except MalformedBatchError as exc:
             malformed[i] = exc
             continue
-        if walked.field in _VALUE_TYPES:
-            groups.setdefault(_group_key(buf, walked), []).append(walked)
-        else:
-            slow.append(i)
+        groups.setdefault(_group_key(buf, walked), []).append(walked)
     for members in groups.values():
-        decoded = _numeric_group(buf, members)
+        decoded = _joined_points(buf, members)
         for w in members:
             if decoded is not None:
                 out[w.at] = decoded[w.at]
                 continue
             try:
-                ns, values = _numeric_points(buf, w.field, w.start, w.stop)
-                out[w.at] = SeriesBatch(w.key, _VALUE_TYPES[w.field], ns, values)
+                ns, values, _ = _points(buf, w.vt, w.start, w.stop)
+                out[w.at] = SeriesBatch(w.key, w.vt, ns, values)
             except _Fallback:
                 slow.append(w.at)
     for i in slow:
@@ -527,11 +525,11 @@ _VALUE_TYPES = {
 
 
 class _Walked(NamedTuple):
-    """A ``Series`` whose key is read: its points member (field) and that member's bytes."""
+    """A ``Series`` whose key is read: its value type and the bytes of its points message."""
 
     at: int
     key: SeriesKey
-    field: int
+    vt: ValueType
     start: int
     stop: int
 
@@ -580,7 +578,9 @@ def _walk_series(buf: bytes, start: int, stop: int, index: int) -> _Walked:
         kind = _single_member(buf, [(s, e)], f"{where}.points")
         if kind is None or kind[0] > 2:
             raise MalformedBatchError(index, key.channel, "array points type not set")
-    return _Walked(index, key, field, s, e)
+        field, s, e = kind
+        return _Walked(index, key, ValueType.DOUBLE_ARRAY if field == 1 else ValueType.STRING_ARRAY, s, e)
+    return _Walked(index, key, _VALUE_TYPES[field], s, e)
 
 
 _MEMBER_KEYS = frozenset({0x0A, 0x12, 0x1A, 0x22, 0x2A, 0x32})
@@ -640,53 +640,50 @@ def _channel_name(buf: bytes, start: int, stop: int, where: str) -> str:
     return name
 
 
-def _group_key(buf: bytes, w: _Walked) -> tuple[int, int, int]:
-    """Numeric series decoded together: doubles all in one group, integers by the layout of
-    their first point (our padded varints have a width per series, so a stride per group)."""
-    if w.field in (1, 2, 5) or w.stop - w.start < 4:
-        return w.field, 0, 0
-    return w.field, buf[w.start + 1], buf[w.start + 3]
+def _group_key(buf: bytes, w: _Walked) -> tuple[ValueType, int, int]:
+    """Series decoded together: doubles and text all in one group per type, others by the
+    layout of their first point (our padded varints have a width per series, double arrays a
+    row size: one stride per group)."""
+    if w.vt in (ValueType.DOUBLE, ValueType.STRING, ValueType.STRUCT) or w.stop - w.start < 4:
+        return w.vt, 0, 0
+    return w.vt, buf[w.start + 1], buf[w.start + 3]
 
 
-def _numeric_points(buf: bytes, field: int, start: int, stop: int) -> tuple[I64, Any]:
-    """(timestamps, values) of the points of one numeric, string or struct member.
+def _points(buf: bytes, vt: ValueType, start: int, stop: int, bounds: I64 | None = None) -> tuple[I64, Any, I64]:
+    """(timestamps, values, points per region) of the points message of a ``vt`` series;
+    ``bounds``: offsets (from ``start``) of the regions of several series, the last one the end
+    (default: one region).
 
     Raises:
-        _Fallback: a layout no vector path reads, or a timestamp near or past the int64 limits
-            (upb then names it).
+        _Fallback: a layout no vector path reads, a region that does not start on a point, or a
+            timestamp near or past the int64 limits (upb then names it).
     """
-    if field == 1:
-        ns, values, _ = _doubles(buf, start, stop)
-        return ns, values
-    if field in (2, 5):
-        ns, strs, _ = _strings(buf, start, stop)
-        return ns, strs
-    ns, values, _ = _fixed_integers(buf, start, stop, _VALUE_TYPES[field])
-    return ns, values
+    if vt is ValueType.DOUBLE:
+        return _doubles(buf, start, stop, bounds)
+    if vt in _STRINGISH:
+        return _strings(buf, start, stop, bounds)
+    if vt in _INTEGER:
+        return _fixed_integers(buf, start, stop, vt, bounds)
+    if vt is ValueType.DOUBLE_ARRAY:
+        return _uniform_double_rows(buf, start, stop, bounds)
+    raise _Fallback
 
 
-def _numeric_group(buf: bytes, members: list[_Walked]) -> dict[int, SeriesBatch] | None:
-    """Decode several series' points of one member as one region (their bytes joined): a
+def _joined_points(buf: bytes, members: list[_Walked]) -> dict[int, SeriesBatch] | None:
+    """Decode several series' points of one type as one region (their bytes joined): a
     concatenation of valid points is valid points, and each series' share is checked to start
     on a point. None if the joined region does not decode (each is then tried alone)."""
     if len(members) == 1:
         return None
-    field = members[0].field
+    vt = members[0].vt
     sizes = [w.stop - w.start for w in members]
     joined = b"".join([buf[w.start : w.stop] for w in members])
     bounds = np.zeros(len(members) + 1, dtype=np.int64)
     np.cumsum(np.array(sizes, dtype=np.int64), out=bounds[1:])
     try:
-        values: Any
-        if field == 1:
-            ns, values, counts = _doubles(joined, 0, len(joined), bounds)
-        elif field in (2, 5):
-            ns, values, counts = _strings(joined, 0, len(joined), bounds)
-        else:
-            ns, values, counts = _fixed_integers(joined, 0, len(joined), _VALUE_TYPES[field], bounds)
+        ns, values, counts = _points(joined, vt, 0, len(joined), bounds)
     except _Fallback:
         return None
-    vt = _VALUE_TYPES[field]
     out = {}
     off = 0
     for w, c in zip(members, counts.tolist(), strict=True):
@@ -1038,6 +1035,52 @@ def _timestamp_bodies(words: _Words, body: I64, t_len: I64) -> tuple[U64, U64]:
     nanos = np.zeros(body.shape[0], dtype=np.uint64)
     nanos[nano_at] = nv[0]
     return sec, nanos
+
+
+def _uniform_double_rows(buf: bytes, start: int, stop: int, bounds: I64 | None) -> tuple[I64, list[Any], I64]:
+    """(timestamps, rows, points per region) of ``DoubleArrayPoints`` whose rows are all laid
+    out as the first: ``0a L`` + fixed-width Timestamp + ``12 M`` + M bytes of packed doubles, as
+    our encoder writes rows of one width; one matrix, no per-row parse."""
+    total = stop - start
+    if total == 0:
+        return np.empty(0, dtype=np.int64), [], _region_counts(np.empty(0, dtype=np.int64), bounds, 0)
+    if total < 2 or buf[start] != 0x0A:
+        raise _Fallback
+    length, p = _varint(buf, start + 1, stop, "points")
+    h = p - start
+    if p + 2 > stop or buf[p] != 0x0A:
+        raise _Fallback
+    tsw = buf[p + 1] + 2
+    q = p + tsw
+    if tsw not in (TIMESTAMP_BYTES, TIMESTAMP_BYTES_NEGATIVE) or q >= stop or buf[q] != 0x12:
+        raise _Fallback
+    size, r = _varint(buf, q + 1, stop, "points")
+    inner = r - q
+    stride = h + length
+    if size % 8 or h + tsw + inner + size != stride or total % stride:
+        raise _Fallback
+    if bounds is not None and (np.diff(bounds) % stride).any():
+        raise _Fallback
+    n = total // stride
+    rows = np.ndarray((n, stride), dtype=np.uint8, buffer=buf, offset=start)
+    heads = np.frombuffer(buf, dtype=np.uint8, count=h, offset=start)
+    inners = np.frombuffer(buf, dtype=np.uint8, count=inner, offset=q)
+    if not ((rows[:, :h] == heads).all() and (rows[:, h + tsw : h + tsw + inner] == inners).all()):
+        raise _Fallback
+    if tsw == TIMESTAMP_BYTES:
+        ns = _fixed_14_ns(buf, n, start + h, stride, 0x0A)
+        if ns is None:
+            raise _Fallback
+    else:
+        ok, sec, nanos = _decode_fixed_19(buf, n, start + h, stride, 0x0A)
+        if not ok.all():
+            raise _Fallback
+        ns = _timestamps_ns(sec, nanos)
+    counts = np.array([n], dtype=np.int64) if bounds is None else np.diff(bounds) // stride
+    if size == 0:
+        return ns, [np.empty(0, dtype=np.float64) for _ in range(n)], counts
+    values = np.ascontiguousarray(rows[:, stride - size :]).view("<f8").astype(np.float64, copy=False)
+    return ns, list(values), counts
 
 
 def _fixed_integers(

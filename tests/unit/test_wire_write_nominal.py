@@ -182,10 +182,13 @@ def test_our_numeric_layout_decodes_without_upb(no_fallback: None) -> None:
         SeriesBatch(SeriesKey.of("i"), V.INT64, ts, rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64)),
         SeriesBatch(SeriesKey.of("c"), V.INT64, ts, np.arange(n)),
         SeriesBatch(SeriesKey.of("u"), V.UINT64, ts - 2**62, rng.integers(0, 2**64 - 1, n, dtype=np.uint64)),
+        *[SeriesBatch(SeriesKey.of(f"a{w}"), V.DOUBLE_ARRAY, ts[:300] - 2**62 * (w % 2), rng.standard_normal((300, w)))
+          for w in (0, 1, 3, 64)],
+        SeriesBatch(SeriesKey.of("a64"), V.DOUBLE_ARRAY, ts[:5], rng.standard_normal((5, 64))),
     ]
     out = decode_write_nominal(encode_write_nominal(batches), RID)
     assert_body_equal(batches, out, None)
-    assert all(b.values.flags.writeable and b.timestamps.flags.writeable for b in out.batches)
+    assert all(np.asarray(b.values).flags.writeable and b.timestamps.flags.writeable for b in out.batches)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -607,4 +610,16 @@ def test_fixed_layout_with_another_value_field_agrees_with_upb(vt: ValueType, va
     at = data.index(b"\x0a\x0c\x08") + TIMESTAMP_BYTES  # the first point's value key
     assert data[at] in (0x11, 0x10)
     data[at] = key
+    _assert_agrees_with_upb(bytes(data))
+
+
+@pytest.mark.parametrize("key", [0x19, 0x11, 0x1A, 0x12])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_uniform_double_rows_with_another_inner_field_agree_with_upb(key: int, offset: int) -> None:
+    batch = SeriesBatch(SeriesKey.of("a"), V.DOUBLE_ARRAY, _ts(1, 2, 3), np.arange(6.0).reshape(3, 2))
+    data = bytearray(encode_write_nominal([batch]))
+    stride = 2 + TIMESTAMP_BYTES + 2 + 16
+    at = data.index(b"\x0a\x0c\x08") + TIMESTAMP_BYTES + stride + offset  # the second row's inner head
+    assert data[at - offset] == 0x12
+    data[at] = key if offset == 0 else 0x08  # another field, or a shorter packed field
     _assert_agrees_with_upb(bytes(data))
