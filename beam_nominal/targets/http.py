@@ -11,9 +11,9 @@ Two forms, both what Nominal serves under the base URL its clients take (``https
   target then switches to ``row`` for good (nothing was stored, so nothing is lost or doubled).
 
 Bodies are zstd (level -1; Nominal's clients send level 1, which was slower and larger here).
-Every attempt carries the same
-``Idempotency-Key`` (a digest of the uncompressed body), so a retry of a request the server
-stored but could not acknowledge is stored once by servers that keep keys (the local one does).
+Every attempt carries the same ``Idempotency-Key`` (a digest of the uncompressed body), so a retry
+of a request the server stored but could not acknowledge is stored once by servers that keep keys
+(the local one does).
 The client is one urllib3 pool: keep-alive connections, safe to share between the uploader's
 threads. Retrying is the uploader's job; this module only classifies each answer.
 """
