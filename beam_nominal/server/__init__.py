@@ -1,7 +1,8 @@
-"""The local ingest server: Nominal's gRPC write API stored as Parquet, plus read-back.
+"""The local ingest server: Nominal's gRPC and HTTP write APIs stored as Parquet, plus read-back.
 
 ``LocalServer`` serves ``nominal.channel_writer.v1.NominalChannelWriterService`` (WriteColumnBatches,
-WriteBatches) and ``beam_nominal.local.v1`` read-back and capabilities services; ``LocalStore``
+WriteBatches) and ``beam_nominal.local.v1`` read-back and capabilities services, and with
+``http_port`` Nominal's HTTP write API (:mod:`beam_nominal.server.http`); ``LocalStore``
 reads its data directory directly and ``RemoteStore`` reads through a running server. The command
 line face is ``beam-nominal serve`` / ``beam-nominal inspect``.
 """

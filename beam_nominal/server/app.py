@@ -192,18 +192,17 @@ class LocalServer:
         if self._http_port is not None:
             from beam_nominal.server.http import HttpListener
 
-            http = HttpListener(
-                committer,
-                self.host,
-                self._http_port,
-                token=self._token,
-                ssl_context=_ssl_context(self._tls[1], self._tls[0]) if self._tls else None,
-                middlewares=self._http_middlewares,
-                max_workers=self._max_workers,
-            )
             try:
-                http.start()
-            except (RuntimeError, OSError, ssl.SSLError):
+                http = HttpListener(
+                    committer,
+                    self.host,
+                    self._http_port,
+                    token=self._token,
+                    ssl_context=_ssl_context(self._tls[1], self._tls[0]) if self._tls else None,
+                    middlewares=self._http_middlewares,
+                    max_workers=self._max_workers,
+                ).start()
+            except (RuntimeError, OSError):  # ssl.SSLError is an OSError
                 server.stop(None)
                 committer.close()
                 raise
