@@ -129,7 +129,7 @@ def compress(data: bytes, encoding: str) -> bytes:
     if encoding == "zstd":
         return zstandard.ZstdCompressor(level=1).compress(data)
     if encoding == "gzip":
-        return gzip.compress(data)
+        return gzip.compress(data, compresslevel=1)
     if encoding == "x-snappy-framed":
         return bytes(cramjam.snappy.compress(data))
     return data
@@ -486,6 +486,33 @@ def test_a_commit_in_progress_does_not_hold_up_other_requests(tmp_path: Path) ->
             assert stalled.result(30).status == 200
         assert_stored(srv.store, "ri.test.http.fast", CASES)
         assert_stored(srv.store, "ri.test.http.stalled", CASES)
+
+
+@pytest.mark.parametrize(
+    ("fault", "status", "error"),
+    [(OSError(28, "No space left on device"), 503, "storage_error"), (RuntimeError("a bug"), 500, "internal")],
+)
+def test_commit_faults(tmp_path: Path, fault: Exception, status: int, error: str) -> None:
+    """A storage error is retryable (503, Retry-After); anything unforeseen is a 500 that leaks no
+    detail; either way the server keeps serving."""
+    with LocalServer(tmp_path, http_port=0) as srv:
+        committer = srv._committer
+        assert committer is not None
+        real_commit = committer.commit
+
+        def failing_commit(rid: str, *args: Any, **kwargs: Any) -> bool:
+            if rid == "ri.test.http.faulty":
+                raise fault
+            return real_commit(rid, *args, **kwargs)
+
+        committer.commit = failing_commit  # type: ignore[method-assign]
+        reply = request(srv.http_port, "POST", columnar_path(), columnar_body("ri.test.http.faulty", CASES), PROTO)
+        assert (reply.status, reply.json()["error"]) == (status, error)
+        assert ("retry-after" in reply.headers) is (status == 503)
+        assert "a bug" not in reply.body.decode()
+        reply = request(srv.http_port, "POST", columnar_path(), columnar_body("ri.test.http.fine", CASES), PROTO)
+        assert reply.status == 200
+        assert srv.store.list_datasets() == ["ri.test.http.fine"]
 
 
 def test_stopping_committer_is_503(tmp_path: Path) -> None:
