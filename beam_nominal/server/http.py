@@ -229,9 +229,7 @@ class _Refused(Exception):
         self.status, self.error, self.detail, self.headers = status, error, detail, headers or {}
 
     def response(self) -> web.Response:
-        return web.json_response(
-            {"error": self.error, "detail": self.detail}, status=self.status, headers=self.headers
-        )
+        return web.json_response({"error": self.error, "detail": self.detail}, status=self.status, headers=self.headers)
 
 
 def _decode_row(rid: str, data: bytes) -> DecodedRequest:
@@ -412,9 +410,7 @@ class HttpListener:
     # -- middlewares -------------------------------------------------------------------------
 
     @web.middleware
-    async def _track(
-        self, request: web.Request, handler: Handler
-    ) -> web.StreamResponse:
+    async def _track(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         assert self._idle is not None
         self._active += 1
         self._idle.clear()
@@ -426,9 +422,7 @@ class HttpListener:
                 self._idle.set()
 
     @web.middleware
-    async def _errors(
-        self, request: web.Request, handler: Handler
-    ) -> web.StreamResponse:
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             return await handler(request)
         except _Refused as refused:
@@ -449,9 +443,7 @@ class HttpListener:
             return _Refused(500, "internal", "internal server error").response()
 
     @web.middleware
-    async def _auth(
-        self, request: web.Request, handler: Handler
-    ) -> web.StreamResponse:
+    async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if self._expected is not None and request.match_info.handler != self._capabilities:
             given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
             if not hmac.compare_digest(given, self._expected):
