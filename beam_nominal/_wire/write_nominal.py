@@ -889,29 +889,35 @@ def _strings(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tu
     full = np.frombuffer(buf if stop + 3 <= len(buf) else buf + bytes(3), dtype=np.uint8)
     words = _Words(buf)
     ns = np.empty(n, dtype=np.int64)
-    # +1 where a point's value field starts, -1 where it ends: their running sum marks its bytes.
-    marks = np.zeros(total + 1, dtype=np.int8)
-    present: list[I64] = []
+    # Offset and size of each value field (size 0: an empty string, omitted).
+    field_at = np.empty(n, dtype=np.int64)
+    field_len = np.empty(n, dtype=np.int64)
     for b0 in range(0, n, _POINT_BLOCK):
         b1 = min(b0 + _POINT_BLOCK, n)
         block = chain[b0:b1] + start
         heads = _point_heads(full, block, 0x12)
-        has_value = heads.rest > 0
         value_at = block + 2 + heads.lens - heads.rest
+        has_value = heads.rest > 0
         at = value_at[has_value]
         if not ((full[at] == 0x12) & (full[at + 1] == heads.rest[has_value] - 2)).all():
             raise _Fallback
         _point_timestamps(words, block, heads, ns[b0:b1])
-        at -= start
-        marks[at] = 1
-        marks[at + heads.rest[has_value]] = -1
-        present.append(np.flatnonzero(has_value) + b0)
-    fields = arr[np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)]
+        field_at[b0:b1] = value_at - start
+        field_len[b0:b1] = heads.rest
+    # The value fields' bytes, cut out by a mask of alternating runs (other bytes, a field).
+    runs = np.empty(2 * n + 1, dtype=np.int64)
+    runs[0] = field_at[0]
+    runs[1::2] = field_len
+    runs[2:-1:2] = field_at[1:] - (field_at[:-1] + field_len[:-1])
+    runs[-1] = total - (field_at[-1] + field_len[-1])
+    in_field = np.zeros(2 * n + 1, dtype=np.bool_)
+    in_field[1::2] = True
+    fields = arr[np.repeat(in_field, runs)]
     strs: list[str] = list(nw.StringArrayPoint.FromString(fields.tobytes()).value)
     if len(strs) == n:
         return ns, strs, counts
     values = np.full(n, "", dtype=object)
-    values[np.concatenate(present)] = np.array(strs, dtype=object)
+    values[np.flatnonzero(field_len)] = np.array(strs, dtype=object)
     return ns, values.tolist(), counts
 
 
