@@ -617,7 +617,10 @@ class Serve:
         assert self.proc.stdout is not None
         self.line = self.proc.stdout.readline()
         m = self.READY.fullmatch(self.line)
-        assert m is not None, (self.line, self.proc.stderr.read() if self.proc.poll() is not None else "")
+        if m is None:
+            self.proc.kill()
+            _, err = self.proc.communicate(timeout=30)
+            raise AssertionError(f"serve printed {self.line!r}; stderr: {err}")
         self.grpc_url, self.http_url = m.group(1), m.group(2)
         self.http_port = int(self.http_url.rsplit(":", 1)[1].split("/")[0])
 
