@@ -623,3 +623,21 @@ def test_uniform_double_rows_with_another_inner_field_agree_with_upb(key: int, o
     assert data[at - offset] == 0x12
     data[at] = key if offset == 0 else 0x08  # another field, or a shorter packed field
     _assert_agrees_with_upb(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        _ld(2, b"a") + _ld(2, b"b"),  # the value twice: the last wins
+        _ld(2, b"a") + b"\x18\x01",  # an unknown field after it
+        b"\x18\x01" + _ld(2, b"a"),  # and before it
+        _ld(2, b"a") + _stamp(4, 0),  # the timestamp after the value
+        _ld(2, b""),  # an empty string written out
+        _ld(2, b"\n\x02\n\x00"),  # text that looks like points
+    ],
+)
+def test_odd_string_points_between_canonical_ones_decode_like_upb(fields: bytes) -> None:
+    plain = _ld(1, _stamp(1_700_000_000, 5) + _ld(2, b"ok"))
+    points = plain * 3 + _ld(1, _stamp(3, 0) + fields) + plain * 2
+    data = _series(_channel(b"s"), _ld(3, _ld(2, points))) * 2
+    _assert_agrees_with_upb(data)
