@@ -24,7 +24,7 @@ upb for that one ``Series`` (:mod:`reference_row`).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -736,7 +736,7 @@ def _varints_at(words: U64) -> tuple[U64, I64] | None:
     low = stop & np.negative(stop)
     mask = low ^ (low - _U(1))
     length = np.bitwise_count(mask)
-    if int(length.max()) > 56:
+    if length.shape[0] and int(length.max()) > 56:
         return None
     v = words & mask
     v &= _LOW_BITS
@@ -846,25 +846,45 @@ def _canonical_doubles(
         _Fallback: anything else (fields in another order or repeated, unknown fields, varints
             of more than 7 bytes such as pre-1970 seconds), or a region not starting on a point.
     """
-    arr = np.frombuffer(buf, dtype=np.uint8, count=stop - start, offset=start)
-    if arr.shape[0] < 2:
-        raise _Fallback
-    chain = _point_chain(arr, *_point_candidates(arr))
-    if chain is None:
-        raise _Fallback
-    n = chain.shape[0]
-    counts = _region_counts(chain, bounds, arr.shape[0])
-    # Bytes are read at absolute offsets: up to 3 past a point's start may lie past the
-    # region, inside the buffer; a buffer that ends sooner gets 3 zero bytes in a copy.
-    full = np.frombuffer(buf if stop + 3 <= len(buf) else buf + bytes(3), dtype=np.uint8)
-    words = _Words(buf)
+    points = _Points.of(buf, start, stop, bounds)
+    n = points.chain.shape[0]
     ns = np.empty(n, dtype=np.int64)
     values = np.empty(n, dtype=np.float64)
-    for b0 in range(0, n, _POINT_BLOCK):
-        b1 = min(b0 + _POINT_BLOCK, n)
-        block = chain[b0:b1] + start
-        _double_block(full, words, block, ns[b0:b1], values[b0:b1])
-    return ns, values, counts
+    for b0, block in points.blocks():
+        b1 = b0 + block.shape[0]
+        _double_block(points.full, points.words, block, ns[b0:b1], values[b0:b1])
+    return ns, values, points.counts
+
+
+class _Points(NamedTuple):
+    """The points of a region in any varint encoding, found by :func:`_point_chain`."""
+
+    chain: I64  # offsets in the buffer of every point
+    counts: I64  # points per region (see _region_counts)
+    total: int  # bytes of the region
+    # The buffer as bytes (3 zero bytes appended where it ends too soon: up to 3 bytes past a
+    # point's start are read before its length is checked), and as words.
+    full: U8
+    words: _Words
+
+    @classmethod
+    def of(cls, buf: bytes, start: int, stop: int, bounds: I64 | None) -> _Points:
+        """Raises _Fallback where no chain of ``0a L`` points (L < 128) fills the region."""
+        arr = np.frombuffer(buf, dtype=np.uint8, count=stop - start, offset=start)
+        if arr.shape[0] < 2:
+            raise _Fallback
+        chain = _point_chain(arr, *_point_candidates(arr))
+        if chain is None:
+            raise _Fallback
+        counts = _region_counts(chain, bounds, arr.shape[0])
+        full = np.frombuffer(buf if stop + 3 <= len(buf) else buf + bytes(3), dtype=np.uint8)
+        return cls(chain + start, counts, arr.shape[0], full, _Words(buf))
+
+    def blocks(self) -> Iterator[tuple[int, I64]]:
+        """(first index, offsets) of the points block by block."""
+        n = self.chain.shape[0]
+        for b0 in range(0, n, _POINT_BLOCK):
+            yield b0, self.chain[b0 : b0 + _POINT_BLOCK]
 
 
 def _strings(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tuple[I64, list[str], I64]:
@@ -876,33 +896,24 @@ def _strings(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tu
     Raises:
         _Fallback: anything else (longer points, unknown fields, ...), as for :func:`_doubles`.
     """
-    arr = np.frombuffer(buf, dtype=np.uint8, count=stop - start, offset=start)
-    total = arr.shape[0]
-    if total == 0:
+    if stop == start:
         return np.empty(0, dtype=np.int64), [], _region_counts(np.empty(0, dtype=np.int64), bounds, 0)
-    if total < 2:
-        raise _Fallback
-    chain = _point_chain(arr, *_point_candidates(arr))
-    if chain is None:
-        raise _Fallback
-    n = chain.shape[0]
-    counts = _region_counts(chain, bounds, total)
-    full = np.frombuffer(buf if stop + 3 <= len(buf) else buf + bytes(3), dtype=np.uint8)
-    words = _Words(buf)
+    points = _Points.of(buf, start, stop, bounds)
+    full = points.full
+    n = points.chain.shape[0]
     ns = np.empty(n, dtype=np.int64)
     # Offset and size of each value field (size 0: an empty string, omitted).
     field_at = np.empty(n, dtype=np.int64)
     field_len = np.empty(n, dtype=np.int64)
-    for b0 in range(0, n, _POINT_BLOCK):
-        b1 = min(b0 + _POINT_BLOCK, n)
-        block = chain[b0:b1] + start
+    for b0, block in points.blocks():
+        b1 = b0 + block.shape[0]
         heads = _point_heads(full, block, 0x12)
         value_at = block + 2 + heads.lens - heads.rest
         has_value = heads.rest > 0
         at = value_at[has_value]
         if not ((full[at] == 0x12) & (full[at + 1] == heads.rest[has_value] - 2)).all():
             raise _Fallback
-        _point_timestamps(words, block, heads, ns[b0:b1])
+        _point_timestamps(points.words, block, heads, ns[b0:b1])
         field_at[b0:b1] = value_at - start
         field_len[b0:b1] = heads.rest
     # The value fields' bytes, cut out by a mask of alternating runs (other bytes, a field).
@@ -910,16 +921,16 @@ def _strings(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tu
     runs[0] = field_at[0]
     runs[1::2] = field_len
     runs[2:-1:2] = field_at[1:] - (field_at[:-1] + field_len[:-1])
-    runs[-1] = total - (field_at[-1] + field_len[-1])
+    runs[-1] = points.total - (field_at[-1] + field_len[-1])
     in_field = np.zeros(2 * n + 1, dtype=np.bool_)
     in_field[1::2] = True
-    fields = arr[np.repeat(in_field, runs)]
+    fields = np.frombuffer(buf, dtype=np.uint8, count=points.total, offset=start)[np.repeat(in_field, runs)]
     strs: list[str] = list(nw.StringArrayPoint.FromString(fields.tobytes()).value)
     if len(strs) == n:
-        return ns, strs, counts
+        return ns, strs, points.counts
     values = np.full(n, "", dtype=object)
     values[np.flatnonzero(field_len)] = np.array(strs, dtype=object)
-    return ns, values.tolist(), counts
+    return ns, values.tolist(), points.counts
 
 
 def _region_counts(chain: I64, bounds: I64 | None, total: int) -> I64:
@@ -1112,13 +1123,13 @@ def _fixed_integers(
         if stop == start:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=vt.numpy_dtype), _region_counts(
                 np.empty(0, dtype=np.int64), bounds, 0)
-        raise _Fallback
+        return _canonical_integers(buf, start, stop, vt, bounds)
     width = buf[start + 1] - 1 - (buf[start + 3] + 2)
     if not 1 <= width <= 10:
-        raise _Fallback
+        return _canonical_integers(buf, start, stop, vt, bounds)
     fixed = _fixed_layout(buf, start, stop, 0x10, width, bounds)
     if fixed is None:
-        raise _Fallback
+        return _canonical_integers(buf, start, stop, vt, bounds)
     n, stride, ns, counts = fixed
     rows = np.ndarray((n, width), dtype=np.uint8, buffer=buf, offset=start + stride - width, strides=(stride, 1))
     if n and not ((rows[:, :-1] >= 0x80).all() and (rows[:, -1] < (0x02 if width == 10 else 0x80)).all()):
@@ -1127,6 +1138,29 @@ def _fixed_integers(
     for k in range(width):
         values |= (rows[:, k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
     return ns, values.view(np.int64) if vt is ValueType.INT64 else values, counts
+
+
+def _canonical_integers(
+    buf: bytes, start: int, stop: int, vt: ValueType, bounds: I64 | None
+) -> tuple[I64, npt.NDArray[Any], I64]:
+    """Integer points in minimal varints, zero fields omitted: ``0a L [0a T <timestamp>] [10
+    varint]``, values of up to 7 bytes (below 2**49: counters, not negative int64s)."""
+    points = _Points.of(buf, start, stop, bounds)
+    n = points.chain.shape[0]
+    ns = np.empty(n, dtype=np.int64)
+    values = np.zeros(n, dtype=np.uint64)
+    for b0, block in points.blocks():
+        heads = _point_heads(points.full, block, 0x10)
+        has_value = heads.rest > 0
+        at = np.flatnonzero(has_value)
+        value_at = (block + 2 + heads.lens - heads.rest)[at]
+        word = points.words.at(value_at)
+        decoded = _varints_at(word)
+        if decoded is None or not (((word & _U(0xFF)) == 0x10) & (decoded[1] + 1 == heads.rest[at])).all():
+            raise _Fallback
+        _point_timestamps(points.words, block, heads, ns[b0 : b0 + block.shape[0]])
+        values[at + b0] = decoded[0]
+    return ns, values.view(np.int64) if vt is ValueType.INT64 else values, points.counts
 
 
 def _fixed_layout(

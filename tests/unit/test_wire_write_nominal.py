@@ -641,3 +641,29 @@ def test_odd_string_points_between_canonical_ones_decode_like_upb(fields: bytes)
     points = plain * 3 + _ld(1, _stamp(3, 0) + fields) + plain * 2
     data = _series(_channel(b"s"), _ld(3, _ld(2, points))) * 2
     _assert_agrees_with_upb(data)
+
+
+@pytest.mark.parametrize("vt", [V.INT64, V.UINT64])
+def test_canonical_counters_decode_without_upb(no_fallback: None, vt: ValueType) -> None:
+    rng = np.random.default_rng(13)
+    batches = []
+    for j in range(6):
+        n = int(rng.integers(0, 300))
+        ts = np.sort(rng.integers(0, 2**62, n))
+        values = rng.integers(0, 2 ** (7 * (j + 1)), n).astype(vt.numpy_dtype)
+        values[::3] = 0  # omitted
+        batches.append(SeriesBatch(SeriesKey.of(f"n{j}"), vt, ts, values))
+    assert_body_equal(batches, decode_write_nominal(reference_row.encode(batches), RID), None)
+    assert_body_equal(batches[2:3], decode_write_nominal(reference_row.encode(batches[2:3]), RID), None)
+
+
+@pytest.mark.parametrize("member", [3, 6])
+@pytest.mark.parametrize(
+    "fields",
+    [b"\x10\x05\x10\x07", b"\x10\x05\x18\x01", b"\x18\x01\x10\x05", b"\x10\x05" + _stamp(4, 0), b"\x10\x80\x00", b""],
+)
+def test_odd_integer_points_between_canonical_ones_decode_like_upb(member: int, fields: bytes) -> None:
+    plain = _ld(1, _stamp(1_700_000_000, 5) + b"\x10\x2a")
+    points = plain * 3 + _ld(1, _stamp(3, 0) + fields) + plain * 2
+    data = _series(_channel(b"n"), _ld(3, _ld(member, points))) * 2
+    _assert_agrees_with_upb(data)
