@@ -14,11 +14,20 @@ for a double array (present even when empty), ``12`` len bytes per string for a 
 Deterministic; value-identical to upb's output, not byte-identical.
 
 Decoder: reads any valid encoding. Each ``Series`` is walked in Python (fields in any order,
-unknown fields skipped); its points are read with numpy when they are laid out as our encoder
-writes them (constant stride: verified and read through strided views) or, for doubles, as
-prost and upb write them (minimal varints, zero fields omitted: point starts are found and the
-chain of lengths verified exactly, see :func:`_canonical_doubles`). Anything else is parsed by
-upb for that one ``Series`` (:mod:`reference_row`).
+unknown fields skipped; its key cached by the bytes of its channel and tags fields); the points of
+all series of one type are then decoded together, as one region of their joined bytes (each
+series' share checked to start on a point), with numpy:
+
+* in our layout (constant stride: every row's fixed bytes verified, values read through strided
+  views): doubles, int64/uint64, double-array rows of one width;
+* as prost and upb write them (minimal varints, zero fields omitted) for doubles, integers below
+  2**49, strings and structs with points under 128 bytes: point starts are found among likely
+  offsets and the chain of lengths is verified exactly (:func:`_point_chain`), then every
+  point's fields are checked to fill it exactly and read, a varint from one 8-byte word.
+
+Anything else (pre-1970 seconds in minimal varints, repeated or reordered fields, arrays as
+prost writes them, long strings) is parsed by upb for that one ``Series`` (:mod:`reference_row`),
+so every valid body decodes to the same values, and broken bytes raise ``DecodeError`` as upb.
 """
 
 from __future__ import annotations
@@ -472,8 +481,8 @@ def decode_write_nominal(data: bytes | bytearray | memoryview, dataset_rid: str)
 
     out: list[SeriesBatch | None] = [None] * len(spans)
     malformed: dict[int, MalformedBatchError] = {}
-    # Numeric series by points member (and layout, see _group_key): their points are decoded
-    # together, as one region, when they allow it.
+    # Series by value type (and layout, see _group_key): their points are decoded together, as
+    # one region, when they allow it.
     groups: dict[tuple[ValueType, int, int], list[_Walked]] = {}
     slow: list[int] = []
     for i, (s, e) in enumerate(spans):
