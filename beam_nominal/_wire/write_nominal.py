@@ -175,6 +175,49 @@ def _ragged_points(ns: I64, tsw: int, body: U8, sizes: I64) -> tuple[U8, I64]:
     return _interleave(head, hlens + tsw, body, sizes), hlens + lengths
 
 
+def _short_string_points(strs: list[Any], ns: I64, tsw: int) -> tuple[U8, I64] | None:
+    """String points ``0a L`` + timestamp + ``12 len`` + UTF-8, and each point's size, where
+    every point is under 128 bytes (None otherwise: the general path writes them).
+
+    The text is joined with a run before every string as long as the point's fixed bytes, and
+    encoded once; the runs are then overwritten in place. Each run holds one NUL: where no
+    string holds one, the NULs' offsets are the points' (else the strings' UTF-8 lengths are
+    taken one by one). No per-string work but the join.
+
+    Raises:
+        TypeError, UnicodeEncodeError: a value that is not a str, or not valid Unicode.
+    """
+    n = len(strs)
+    if n == 0:
+        return None
+    head = 2 + tsw + 2
+    sep = "\0" + "\1" * (head - 1)
+    out = np.frombuffer(bytearray(sep.join(["", *strs]), "utf-8"), dtype=np.uint8)
+    starts = np.flatnonzero(out == 0)
+    if starts.shape[0] == n:
+        sizes = np.empty(n, dtype=np.int64)
+        sizes[:-1] = starts[1:] - starts[:-1]
+        sizes[-1] = out.shape[0] - starts[-1]
+        blens = sizes - head
+    else:
+        blens = np.fromiter((len(s.encode("utf-8")) for s in strs), dtype=np.int64, count=n)
+        sizes = blens + head
+        starts = np.cumsum(sizes)
+        starts -= sizes
+    if int(blens.max()) > 0x7F - tsw - 2:
+        return None
+    out[starts] = 0x0A
+    out[starts + 1] = tsw + 2 + blens
+    # The timestamp entries, as words at the offsets that cover each entry's bytes.
+    entries = _encode_timestamps(ns, 0x0A)
+    words = np.ndarray((out.shape[0] - 7,), dtype="<u8", buffer=out, strides=(1,))
+    for off in (0, 6) if tsw == TIMESTAMP_BYTES else (0, 8, 11):
+        words[starts + (2 + off)] = np.ndarray((n,), dtype="<u8", buffer=entries, offset=off, strides=(tsw,))
+    out[starts + (2 + tsw)] = 0x12
+    out[starts + (3 + tsw)] = blens
+    return out, sizes
+
+
 def _double_array_points(i: int, batch: SeriesBatch, ns: I64, tsw: int) -> U8:
     n = ns.shape[0]
     flat, counts, width = _checked_double_rows(i, batch, n)
@@ -341,13 +384,16 @@ def _encode_strings(batches: list[SeriesBatch], stamps: list[I64], payloads: lis
     for i in idx:
         _checked_len(i, batches[i], stamps[i].shape[0])
     flat = list(itertools.chain.from_iterable(batches[i].values for i in idx))
+    ns = _joined([stamps[i] for i in idx])
     try:
-        body, sizes = _string_entries(flat, 0x12)
+        short = _short_string_points(flat, ns, tsw)
+        if short is None:
+            body, sizes = _string_entries(flat, 0x12)
     except (TypeError, UnicodeEncodeError):
         for i in idx:
             _check_strings(i, batches[i], batches[i].values, "values")
         raise
-    out, point_sizes = _ragged_points(_joined([stamps[i] for i in idx]), tsw, body, sizes)
+    out, point_sizes = _ragged_points(ns, tsw, body, sizes) if short is None else short
     counts = np.array([stamps[i].shape[0] for i in idx], dtype=np.int64)
     _slice_points(payloads, idx, out, _segment_sums(point_sizes, counts).tolist())
 
@@ -1127,7 +1173,7 @@ def _fixed_integers(
     buf: bytes, start: int, stop: int, vt: ValueType, bounds: I64 | None = None
 ) -> tuple[I64, npt.NDArray[Any], I64]:
     """(timestamps, values, points per region) of integer points whose varints are padded to
-    one width, as our encoder writes them (anything else: _Fallback, as for :func:`_doubles`)."""
+    one width, as our encoder writes them, or in minimal varints (:func:`_canonical_integers`)."""
     if stop - start < 4:
         if stop == start:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=vt.numpy_dtype), _region_counts(
