@@ -261,6 +261,17 @@ def _encode_series_key(key: SeriesKey) -> bytes:
 
 
 _SERIES_KEY_CACHE: dict[SeriesKey, bytes] = {}
+# Framing depends only on (value type, points bytes); series of equal length repeat it. Bounded.
+_FRAMINGS: dict[tuple[ValueType, int], bytes] = {}
+_FRAMINGS_SIZE = 100_000
+_KINDS = {
+    ValueType.DOUBLE: "double",
+    ValueType.INT64: "integer",
+    ValueType.UINT64: "integer",
+    ValueType.STRING: "string",
+    ValueType.STRUCT: "string",
+}
+_F8 = np.dtype("<f8")
 
 
 def _points_framing(vt: ValueType, payload_len: int) -> bytes:
@@ -293,15 +304,12 @@ def encode_write_nominal(batches: Sequence[SeriesBatch], session_name: str | Non
     nb = len(batches)
     vts: list[ValueType] = [ValueType.DOUBLE] * nb
     stamps: list[I64] = [np.empty(0, dtype=np.int64)] * nb
-    widths = [TIMESTAMP_BYTES] * nb
     payloads: list[Any] = [None] * nb
-    # Columns of one kind and timestamp width are encoded together, then sliced per series:
-    # (kind, timestamp width) -> batch indexes.
-    groups: dict[tuple[str, int], list[int]] = {}
+    # Checks in the order encode_request makes them: this pass, then integers, then text.
     doubles: dict[int, Any] = {}
+    uniq: list[I64] = []  # timestamp columns, each once (batches of one wide block share one)
     last_ts: Any = None
     ts: Any = None
-    tsw = TIMESTAMP_BYTES
     for i, b in enumerate(batches):
         vt = b.value_type
         if type(vt) is not ValueType:
@@ -310,21 +318,29 @@ def encode_write_nominal(batches: Sequence[SeriesBatch], session_name: str | Non
         if b.timestamps is not last_ts:
             last_ts = b.timestamps
             ts = _checked_timestamps(i, b)
-            tsw = timestamp_width(ts)
+            uniq.append(ts)
         stamps[i] = ts
-        widths[i] = tsw
         n = ts.shape[0]
         if vt is ValueType.DOUBLE:
-            doubles[i] = _checked_numeric(i, b, n)
-            groups.setdefault(("double", tsw), []).append(i)
-        elif vt in _INTEGER:
-            groups.setdefault(("integer", tsw), []).append(i)
-        elif vt in _STRINGISH:
-            groups.setdefault(("string", tsw), []).append(i)
+            vals = b.values
+            if not (type(vals) is np.ndarray and vals.dtype == _F8 and vals.ndim == 1 and vals.shape[0] == n):
+                vals = _checked_numeric(i, b, n)
+            doubles[i] = vals
         elif vt is ValueType.DOUBLE_ARRAY:
-            payloads[i] = _double_array_points(i, b, ts, tsw)
-        else:
-            payloads[i] = _string_array_points(i, b, ts, tsw)
+            payloads[i] = _double_array_points(i, b, ts, timestamp_width(ts))
+        elif vt is ValueType.STRING_ARRAY:
+            payloads[i] = _string_array_points(i, b, ts, timestamp_width(ts))
+
+    # Columns of one kind and timestamp width are encoded together, then sliced per series:
+    # (kind, timestamp width) -> batch indexes. Widths from one minimum in the usual case.
+    all_ts = _joined(uniq) if uniq else np.empty(0, dtype=np.int64)
+    nonneg = all_ts.shape[0] == 0 or int(all_ts.min()) >= 0
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, vt in enumerate(vts):
+        kind = _KINDS.get(vt)
+        if kind is not None:
+            tsw = TIMESTAMP_BYTES if nonneg else timestamp_width(stamps[i])
+            groups.setdefault((kind, tsw), []).append(i)
 
     for (kind, tsw), idx in groups.items():
         if kind == "double":
@@ -340,11 +356,17 @@ def encode_write_nominal(batches: Sequence[SeriesBatch], session_name: str | Non
             _encode_strings(batches, stamps, payloads, idx, tsw)
 
     parts: list[Any] = []
+    framings = _FRAMINGS
     for i, b in enumerate(batches):
         head = _checked_key_bytes(i, b, _SERIES_KEY_CACHE, _encode_series_key)
         payload = payloads[i]
-        plen = payload.nbytes if not isinstance(payload, bytes) else len(payload)
-        framing = _points_framing(vts[i], plen)
+        plen = payload.nbytes
+        framing = framings.get((vts[i], plen))
+        if framing is None:
+            framing = _points_framing(vts[i], plen)
+            if len(framings) >= _FRAMINGS_SIZE:
+                framings.clear()
+            framings[(vts[i], plen)] = framing
         body_len = len(head) + len(framing) + plen
         parts += (_T1 + varint_bytes(body_len), head, framing, payload)
     if session_name is not None:
