@@ -874,9 +874,8 @@ def _point_candidates(arr: U8) -> tuple[I64, I64]:
     starts = []
     for b0 in range(0, total - 2, _SCAN_BLOCK):
         b1 = min(b0 + _SCAN_BLOCK, total - 2)
-        head = arr[b0:b1] == 0x0A
-        head &= arr[b0 + 2 : b1 + 2] == 0x0A
-        c = np.flatnonzero(head)
+        is_key = arr[b0 : b1 + 2] == 0x0A
+        c = np.flatnonzero(is_key[:-2] & is_key[2:])
         c += b0
         starts.append(c)
     cand = np.concatenate(starts) if len(starts) != 1 else starts[0] if starts else np.empty(0, dtype=np.int64)
