@@ -867,17 +867,19 @@ def _point_chain(arr: U8, cand: I64, nxt: I64) -> I64 | None:
 
 
 def _point_candidates(arr: U8) -> tuple[I64, I64]:
-    """Offsets that likely start a point, and where each such point would end: ``0a L 0a``, a
-    point with a timestamp (an inner ``0a T`` is followed by ``08`` or ``10`` instead). Points
-    without one are rare (the epoch) and are found by :func:`_point_chain`."""
+    """Offsets that likely start a point, and where each such point would end: ``0a L 0a T``
+    then ``08`` or ``10``, a point starting with a timestamp (text holding newlines, ``0a``, or
+    a double's bytes rarely look like that). Points without a timestamp, or with an empty one,
+    are rare (the epoch) and are found by :func:`_point_chain`."""
     total = arr.shape[0]
     starts = []
-    for b0 in range(0, total - 2, _SCAN_BLOCK):
-        b1 = min(b0 + _SCAN_BLOCK, total - 2)
+    for b0 in range(0, total - 4, _SCAN_BLOCK):
+        b1 = min(b0 + _SCAN_BLOCK, total - 4)
         is_key = arr[b0 : b1 + 2] == 0x0A
         c = np.flatnonzero(is_key[:-2] & is_key[2:])
         c += b0
-        starts.append(c)
+        first = arr[c + 4]
+        starts.append(c[(first == 0x08) | (first == 0x10)])
     cand = np.concatenate(starts) if len(starts) != 1 else starts[0] if starts else np.empty(0, dtype=np.int64)
     return cand, cand + 2 + arr[cand + 1]
 
