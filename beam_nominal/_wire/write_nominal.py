@@ -880,7 +880,9 @@ def _point_candidates(arr: U8) -> tuple[I64, I64]:
         c += b0
         first = arr[c + 4]
         starts.append(c[(first == 0x08) | (first == 0x10)])
-    cand = np.concatenate(starts) if len(starts) != 1 else starts[0] if starts else np.empty(0, dtype=np.int64)
+    if not starts:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    cand = np.concatenate(starts) if len(starts) > 1 else starts[0]
     return cand, cand + 2 + arr[cand + 1]
 
 
