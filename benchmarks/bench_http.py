@@ -17,7 +17,8 @@ acknowledged) and client CPU seconds per million points, and ratios to nominal-s
 same run. Delivery is verified every round by counting what the server stored for the run's
 dataset.
 
-Run: ``.venv/bin/python -m benchmarks.bench_http [--rounds 3] [--scale 1.0] [--only deep wide]``
+Run: ``.venv/bin/python -m benchmarks.bench_http [--rounds 3] [--scale 1.0] [--only deep wide]
+[--clients ...] [--request-mib 4]``
 """
 
 from __future__ import annotations
@@ -48,7 +49,10 @@ def _run_nominal_streaming(base_url: str, rid: str, write: Any) -> None:
 def _run_ours(url: str, rid: str, write: Any, fmt: str | None) -> None:
     from beam_nominal.stream import NominalStream
 
-    options = {"format": fmt} if fmt else {}
+    options: dict[str, Any] = {"format": fmt} if fmt else {}
+    if os.environ.get("BENCH_REQUEST_MIB"):
+        # --request-mib: the request budget under test instead of the target's default.
+        options["max_request_bytes"] = int(float(os.environ["BENCH_REQUEST_MIB"]) * 1024 * 1024)
     # linger=None: the Beam path's setting; cuts depend only on the data.
     stream = NominalStream(url, dataset_rid=rid, linger=None, **options)
     write(stream)
@@ -96,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the work per shape")
     ap.add_argument("--only", nargs="*", help="shape names to run")
     ap.add_argument("--clients", nargs="*", choices=CLIENTS, default=list(CLIENTS))
+    ap.add_argument("--request-mib", type=float, help="our clients' max_request_bytes, in MiB (default: the target's)")
     args = ap.parse_args(argv)
+    if args.request_mib:
+        os.environ["BENCH_REQUEST_MIB"] = str(args.request_mib)
     shapes = _shapes(args.scale)
     if args.only:
         shapes = {k: v for k, v in shapes.items() if k in args.only}
