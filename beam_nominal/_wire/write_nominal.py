@@ -743,7 +743,10 @@ def _points(buf: bytes, vt: ValueType, start: int, stop: int, bounds: I64 | None
     if vt in _INTEGER:
         return _fixed_integers(buf, start, stop, vt, bounds)
     if vt is ValueType.DOUBLE_ARRAY:
-        return _uniform_double_rows(buf, start, stop, bounds)
+        try:
+            return _uniform_double_rows(buf, start, stop, bounds)
+        except _Fallback:
+            return _canonical_double_rows(buf, start, stop, bounds)
     raise _Fallback
 
 
@@ -978,11 +981,41 @@ def _strings(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tu
     """
     if stop == start:
         return np.empty(0, dtype=np.int64), [], _region_counts(np.empty(0, dtype=np.int64), bounds, 0)
+    points, ns, field_at, field_len = _value_fields(buf, start, stop, bounds)
+    fields = _cut(buf, start, points.total, field_at, field_len)
+    strs: list[str] = list(nw.StringArrayPoint.FromString(fields.tobytes()).value)
+    n = ns.shape[0]
+    if len(strs) == n:
+        return ns, strs, points.counts
+    values = np.full(n, "", dtype=object)
+    values[np.flatnonzero(field_len)] = np.array(strs, dtype=object)
+    return ns, values.tolist(), points.counts
+
+
+def _canonical_double_rows(buf: bytes, start: int, stop: int, bounds: I64 | None) -> tuple[I64, list[Any], I64]:
+    """``DoubleArrayPoints`` whose points are all shorter than 128 bytes, as prost and upb write
+    them: ``0a L [0a T <timestamp>] [12 len <packed doubles>]`` (an empty row has no value field).
+    The packed values are cut out with one mask; rows are views of one column."""
+    points, ns, field_at, field_len = _value_fields(buf, start, stop, bounds)
+    has_value = field_len > 0
+    sizes = np.where(has_value, field_len - 2, 0)
+    if (sizes % 8).any():
+        raise _Fallback
+    flat = _cut(buf, start, points.total, field_at + np.where(has_value, 2, 0), sizes).view("<f8").astype(np.float64)
+    widths = sizes // 8
+    n = ns.shape[0]
+    if n and int(widths.min()) == int(widths.max()):
+        return ns, list(flat.reshape(n, int(widths[0]))), points.counts
+    return ns, np.split(flat, np.cumsum(widths)[:-1]), points.counts
+
+
+def _value_fields(buf: bytes, start: int, stop: int, bounds: I64 | None) -> tuple[_Points, I64, I64, I64]:
+    """Points ``0a L [0a T <timestamp>] [12 len <bytes>]`` (L < 128): (the points, their
+    timestamps, each value field's offset from ``start`` and size, 0 where it is omitted)."""
     points = _Points.of(buf, start, stop, bounds)
     full = points.full
     n = points.chain.shape[0]
     ns = np.empty(n, dtype=np.int64)
-    # Offset and size of each value field (size 0: an empty string, omitted).
     field_at = np.empty(n, dtype=np.int64)
     field_len = np.empty(n, dtype=np.int64)
     for b0, block in points.blocks():
@@ -996,21 +1029,22 @@ def _strings(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tu
         _point_timestamps(points.words, block, heads, ns[b0:b1])
         field_at[b0:b1] = value_at - start
         field_len[b0:b1] = heads.rest
-    # The value fields' bytes, cut out by a mask of alternating runs (other bytes, a field).
+    return points, ns, field_at, field_len
+
+
+def _cut(buf: bytes, start: int, total: int, at: I64, length: I64) -> U8:
+    """The bytes ``[at[k], at[k] + length[k])`` (in order, not overlapping; offsets from
+    ``start``) of a region of ``total`` bytes, joined: one mask of alternating runs."""
+    n = at.shape[0]
     runs = np.empty(2 * n + 1, dtype=np.int64)
-    runs[0] = field_at[0]
-    runs[1::2] = field_len
-    runs[2:-1:2] = field_at[1:] - (field_at[:-1] + field_len[:-1])
-    runs[-1] = points.total - (field_at[-1] + field_len[-1])
+    runs[0] = at[0]
+    runs[1::2] = length
+    runs[2:-1:2] = at[1:] - (at[:-1] + length[:-1])
+    runs[-1] = total - (at[-1] + length[-1])
     in_field = np.zeros(2 * n + 1, dtype=np.bool_)
     in_field[1::2] = True
-    fields = np.frombuffer(buf, dtype=np.uint8, count=points.total, offset=start)[np.repeat(in_field, runs)]
-    strs: list[str] = list(nw.StringArrayPoint.FromString(fields.tobytes()).value)
-    if len(strs) == n:
-        return ns, strs, points.counts
-    values = np.full(n, "", dtype=object)
-    values[np.flatnonzero(field_len)] = np.array(strs, dtype=object)
-    return ns, values.tolist(), points.counts
+    cut: U8 = np.frombuffer(buf, dtype=np.uint8, count=total, offset=start)[np.repeat(in_field, runs)]
+    return cut
 
 
 def _region_counts(chain: I64, bounds: I64 | None, total: int) -> I64:

@@ -302,7 +302,7 @@ def test_nominal_streaming_body_decodes_like_upb() -> None:
     assert st_ts == [11] and [json.loads(v) for v in st_vals] == [{"a": 1}]
 
 
-def test_nominal_streaming_doubles_and_strings_decode_without_upb(no_fallback: None) -> None:
+def test_nominal_streaming_doubles_strings_and_small_arrays_decode_without_upb(no_fallback: None) -> None:
     rng = np.random.default_rng(21)
     n = 20_000
     ts = np.sort(rng.integers(T, T + 10**12, n))
@@ -313,6 +313,9 @@ def test_nominal_streaming_doubles_and_strings_decode_without_upb(no_fallback: N
             tags = {"rig": str(j)}
             stream.enqueue_batch(f"d{j}", ts, rng.standard_normal(n).round(j), tags=tags)
             stream.enqueue_batch(f"s{j}", ts[:2000], words[rng.integers(0, len(words), 2000)].tolist(), tags=tags)
+        for k in range(300):
+            stream.enqueue_float_array("xyz", int(ts[k]), rng.standard_normal(3).tolist())
+            stream.enqueue_float_array("ragged", int(ts[k]), [0.5] * (k % 5))
 
     for _, data in _capture(write):
         want = reference_row.decode(data, RID)
@@ -571,6 +574,18 @@ def test_canonical_doubles_decode_without_upb(no_fallback: None) -> None:
     assert_body_equal(batches[:1], decode_write_nominal(reference_row.encode(batches[:1]), RID), None)
 
 
+def test_small_canonical_double_arrays_decode_without_upb(no_fallback: None) -> None:
+    rng = np.random.default_rng(14)
+    ts = np.sort(rng.integers(0, 2**62, 200))
+    batches = [
+        SeriesBatch(SeriesKey.of("xyz"), V.DOUBLE_ARRAY, ts, list(rng.standard_normal((200, 3)))),
+        SeriesBatch(SeriesKey.of("ragged"), V.DOUBLE_ARRAY, ts, [rng.standard_normal(k % 6) for k in range(200)]),
+        SeriesBatch(SeriesKey.of("empty"), V.DOUBLE_ARRAY, ts[:10], [np.empty(0)] * 10),
+    ]
+    for want in (batches, batches[1:2]):
+        assert_body_equal(want, decode_write_nominal(reference_row.encode(want), RID), None)
+
+
 @pytest.mark.parametrize("vt", [V.STRING, V.STRUCT])
 def test_short_strings_decode_without_upb(no_fallback: None, vt: ValueType) -> None:
     rng = np.random.default_rng(12)
@@ -691,4 +706,21 @@ def test_odd_integer_points_between_canonical_ones_decode_like_upb(member: int, 
     plain = _ld(1, _stamp(1_700_000_000, 5) + b"\x10\x2a")
     points = plain * 3 + _ld(1, _stamp(3, 0) + fields) + plain * 2
     data = _series(_channel(b"n"), _ld(3, _ld(member, points))) * 2
+    _assert_agrees_with_upb(data)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        _ld(2, struct.pack("<2d", 1.0, 2.0)) + _ld(2, struct.pack("<d", 3.0)),  # two packed runs: concatenated
+        _f64(1.0) + _f64(2.0),  # unpacked
+        _ld(2, b"\x00" * 7),  # not a whole double
+        _ld(2, b""),  # an empty packed field written out
+        _ld(2, struct.pack("<d", 1.0)) + b"\x18\x01",  # an unknown field after it
+    ],
+)
+def test_odd_array_points_between_canonical_ones_decode_like_upb(fields: bytes) -> None:
+    plain = _ld(1, _stamp(1_700_000_000, 5) + _ld(2, struct.pack("<3d", 1.0, 2.0, 3.0)))
+    points = plain * 3 + _ld(1, _stamp(3, 0) + fields) + plain * 2
+    data = _series(_channel(b"a"), _ld(3, _ld(4, _ld(1, points)))) * 2
     _assert_agrees_with_upb(data)
