@@ -21,13 +21,14 @@ series' share checked to start on a point), with numpy:
 * in our layout (constant stride: every row's fixed bytes verified, values read through strided
   views): doubles, int64/uint64, double-array rows of one width;
 * as prost and upb write them (minimal varints, zero fields omitted) for doubles, integers below
-  2**49, strings and structs with points under 128 bytes: point starts are found among likely
-  offsets and the chain of lengths is verified exactly (:func:`_point_chain`), then every
-  point's fields are checked to fill it exactly and read, a varint from one 8-byte word.
+  2**49, and strings, structs and double arrays with points under 128 bytes: point starts are
+  found among likely offsets and the chain of lengths is verified exactly (:func:`_point_chain`),
+  then every point's fields are checked to fill it exactly and read, a varint from one 8-byte
+  word, text and packed doubles cut out with one mask.
 
-Anything else (pre-1970 seconds in minimal varints, repeated or reordered fields, arrays as
-prost writes them, long strings) is parsed by upb for that one ``Series`` (:mod:`reference_row`),
-so every valid body decodes to the same values, and broken bytes raise ``DecodeError`` as upb.
+Anything else (pre-1970 seconds in minimal varints, repeated or reordered fields, string arrays,
+longer points) is parsed by upb for that one ``Series`` (:mod:`reference_row`), so every valid
+body decodes to the same values, and broken bytes raise ``DecodeError`` as upb does.
 """
 
 from __future__ import annotations
