@@ -128,6 +128,11 @@ class HttpTarget:
         max_connections: int = 8,
     ) -> None:
         parsed = urllib.parse.urlsplit(base_url)
+        if parsed.username is not None or parsed.password is not None:
+            # Never echo it: the part before the host is a secret.
+            raise ValueError(
+                f"HTTP target URL must not carry credentials ({parsed.scheme}://…@{parsed.hostname}): give token="
+            )
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(f"HTTP target URL must be http(s)://HOST[:PORT][/PATH], got {base_url!r}")
         if parsed.query or parsed.fragment:
@@ -191,14 +196,29 @@ class HttpTarget:
 
     def _body(self, request: Request, form: str) -> tuple[bytes, str]:
         # Compressed bytes are cached with the form: retries re-send them without recompressing.
-        return request.encoded(f"http-{form}+zstd", lambda r: self._compress(_ENCODERS[form](r)))
+        return request.encoded(f"http-{form}+zstd", _ENCODERS[form], self._compress)
 
-    def _auth(self) -> str | None:
+    def _current_token(self) -> str | None:
         try:
             token = self._token() if callable(self._token) else self._token
         except Exception as exc:
             raise TargetError(f"token callable failed: {type(exc).__name__}", retryable=True, code="TOKEN") from None
-        return f"Bearer {token}" if token else None
+        if not token:
+            return None
+        # A token read from a file keeps its newline; what is left must fit in a header, and is
+        # never quoted in the error (http.client's own message would carry it).
+        token = token.strip()
+        if not token.isascii() or not token.isprintable() or " " in token:
+            raise TargetError(
+                "the token holds characters an HTTP header cannot carry (spaces, control or non-ASCII characters)",
+                retryable=False,
+                code="TOKEN",
+            )
+        return token
+
+    def _redacted(self, text: str, token: str | None) -> str:
+        """Server text as quoted in errors: a proxy echoing the request must not leak the token."""
+        return text.replace(token, "<token>") if token else text
 
     def send(self, request: Request, timeout: float | None = None) -> None:
         """Send one request; return when the server answered 2xx.
@@ -259,32 +279,63 @@ class HttpTarget:
     def _post(self, request: Request, form: str, timeout: float | None) -> tuple[int, str, Any]:
         if self._closed:
             raise TargetError(f"{self!r} is closed", retryable=False, code="CLOSED")
+        deadline = None if timeout is None else time.monotonic() + timeout
         body, key = self._body(request, form)
         headers = {**self._headers, metadata.HTTP_IDEMPOTENCY_KEY: key}
-        auth = self._auth()
-        if auth is not None:
-            headers["Authorization"] = auth
+        token = self._current_token()
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
         connect = self._connect_timeout if timeout is None else min(self._connect_timeout, timeout)
+        url = self._urls[form]
         try:
+            # Each socket read waits at most ``timeout``; the answer's body is read against the
+            # deadline below, so a server dripping it cannot hold the attempt longer.
             resp = self._pool.request(
                 "POST",
-                self._urls[form],
+                url,
                 body=body,
                 headers=headers,
                 timeout=urllib3.Timeout(connect=connect, read=timeout),
                 retries=False,
                 redirect=False,
+                preload_content=False,
             )
         except urllib3.exceptions.SSLError as exc:
             # A certificate that does not verify will not verify on the next attempt either.
-            raise TargetError(f"{self._urls[form]}: TLS: {exc}", retryable=False, code="SSLError") from None
+            raise TargetError(f"{url}: TLS: {exc}", retryable=False, code="SSLError") from None
         except urllib3.exceptions.HTTPError as exc:
             # Connection refused or cut, a stalled answer: the request may or may not have been
             # stored, and the idempotency key makes trying again safe either way.
             name = type(exc).__name__
-            raise TargetError(f"{self._urls[form]}: {name}: {exc}", retryable=True, code=name) from None
-        text = resp.data[:_MAX_QUOTED].decode("utf-8", "replace").strip()
-        return resp.status, text, resp.headers
+            raise TargetError(f"{url}: {name}: {self._redacted(str(exc), token)}", retryable=True, code=name) from None
+        except (ValueError, OSError) as exc:
+            # http.client refusing a header, a socket error urllib3 did not wrap: the message may
+            # quote a header value, so only its kind is kept.
+            name = type(exc).__name__
+            raise TargetError(f"{url}: {name} while sending the request", retryable=True, code=name) from None
+        try:
+            text = self._read_answer(resp, deadline)
+        finally:
+            resp.release_conn()
+        return resp.status, self._redacted(text, token), resp.headers
+
+    @staticmethod
+    def _read_answer(resp: Any, deadline: float | None) -> str:
+        """The first bytes of the answer (for error messages), read before ``deadline``; a body
+        that is late or long gets its connection closed instead of waited for. The status is
+        what counts: the server has decided by the time it sends one."""
+        data = b""
+        try:
+            while len(data) < _MAX_QUOTED and (deadline is None or time.monotonic() < deadline):
+                chunk = resp.read1(_MAX_QUOTED - len(data))
+                if not chunk:
+                    break
+                data += chunk
+            else:
+                resp.close()
+        except (urllib3.exceptions.HTTPError, OSError):
+            resp.close()
+        return data[:_MAX_QUOTED].decode("utf-8", "replace").strip()
 
     def close(self) -> None:
         """Close the connection pool; idempotent."""

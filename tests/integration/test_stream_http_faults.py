@@ -64,7 +64,21 @@ class Faults:
         if isinstance(action, tuple):
             _, status, headers = action
             return web.json_response({"error": "injected"}, status=status, headers=headers)
+        if action == "echo-auth":
+            # A proxy that quotes the request back in its refusal.
+            return web.Response(status=401, text=f"you sent {request.headers.get('Authorization')}")
         response = await handler(request)
+        if action == "drip":
+            # Stored; the answer's body then arrives a byte at a time, past any deadline.
+            assert isinstance(response, web.Response)
+            drip = web.StreamResponse(status=200, headers={"Content-Length": "1000"})
+            await drip.prepare(request)
+            for _ in range(1000):
+                await drip.write(b" ")
+                if self.release.is_set():
+                    break
+                await asyncio.sleep(0.05)
+            return drip
         if action == "stall":
             # Longer than the client's attempt deadline; released when the test ends.
             await asyncio.wait_for(self.release.wait(), 60)
@@ -245,3 +259,50 @@ def test_a_grpc_target_answered_unimplemented_names_the_http_url() -> None:
         assert "UNIMPLEMENTED" in reason and "target='http://127.0.0.1/api'" in reason
     finally:
         server.stop(0)
+
+
+def test_an_answer_dripped_past_the_deadline_ends_the_attempt_at_the_deadline(tmp_path: Path) -> None:
+    faults = Faults(lambda n, _r: "drip" if n == 1 else None)
+    server = _serve(tmp_path, faults)
+    try:
+        target = HttpTarget(server.http_url, dataset_rid=RID)
+        with NominalStream(target, dataset_rid=RID, attempt_timeout=1.0, **FAST) as s:
+            s.enqueue_batch("a", np.arange(T, T + 100), np.ones(100))
+            started = time.monotonic()
+        # The status came first: the request is acknowledged at the deadline, not 50 s later.
+        assert s.close().points == 100 and time.monotonic() - started < 10
+        assert _count(server) == 100
+        target.close()
+    finally:
+        faults.stop()
+        server.stop()
+
+
+def test_a_token_read_from_a_file_works_and_no_token_ever_shows(tmp_path: Path) -> None:
+    secret = "tok-SECRET-1"
+    (tmp_path / "token").write_text(secret + "\n")
+    with LocalServer(tmp_path / "data", http_port=0, token=secret) as server:
+        with NominalStream(server.http_url, dataset_rid=RID, token=(tmp_path / "token").read_text(), **FAST) as s:
+            s.enqueue("a", T, 1.0)
+        assert s.close().points == 1
+        bad = NominalStream(server.http_url, dataset_rid=RID, token=secret + "\r\nX-Evil: 1", **FAST)
+        bad.enqueue("a", T + 1, 2.0)
+        with pytest.raises(DeliveryError) as info:
+            bad.close()
+        assert "token holds characters" in str(info.value.reasons) and secret not in str(info.value)
+        assert secret not in repr(info.value.reasons)
+
+
+def test_a_refusal_that_echoes_the_request_does_not_leak_the_token(tmp_path: Path) -> None:
+    secret = "tok-SECRET-2"
+    faults = Faults(lambda _n, _r: "echo-auth")
+    server = _serve(tmp_path, faults)
+    try:
+        s = NominalStream(server.http_url, dataset_rid=RID, token=secret, **FAST)
+        s.enqueue("a", T, 1.0)
+        with pytest.raises(DeliveryError) as info:
+            s.close()
+        reason = info.value.reasons[SeriesKey.of("a")]
+        assert "HTTP 401" in reason and "Bearer <token>" in reason and secret not in reason
+    finally:
+        server.stop()

@@ -103,3 +103,29 @@ def test_the_proxy_variables_workers_set_are_honoured(monkeypatch: pytest.Monkey
     finally:
         proxied.close()
         direct.close()
+
+
+def test_credentials_in_the_url_are_refused_without_being_echoed() -> None:
+    with pytest.raises(ValueError, match="credentials") as info:
+        HttpTarget("https://user:pw-SECRET@api.example/api", dataset_rid=RID)
+    assert "pw-SECRET" not in str(info.value)
+
+
+def test_the_idempotency_key_is_the_digest_of_the_uncompressed_body() -> None:
+    import hashlib
+
+    import numpy as np
+
+    from beam_nominal._wire.batch import SeriesBatch
+    from beam_nominal._wire.write_nominal import encode_write_nominal
+    from beam_nominal.model import SeriesKey, ValueType
+    from beam_nominal.targets.base import Request
+
+    batches = [SeriesBatch(SeriesKey("a"), ValueType.DOUBLE, np.arange(3, dtype=np.int64), np.ones(3))]
+    t = HttpTarget("http://127.0.0.1:1/api", dataset_rid=RID)
+    try:
+        body, key = t._body(Request(RID, batches), "row")
+        assert key == hashlib.sha256(encode_write_nominal(batches)).hexdigest()
+        assert body != encode_write_nominal(batches)  # what is sent is compressed
+    finally:
+        t.close()
