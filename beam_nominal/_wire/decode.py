@@ -86,11 +86,14 @@ def _varint(buf: bytes, pos: int, end: int, where: str) -> tuple[int, int]:
 
 def _tag(buf: bytes, pos: int, end: int, where: str) -> tuple[int, int, int]:
     """(field number, wire type, next position)."""
-    key, pos = _varint(buf, pos, end, where)
+    key, after = _varint(buf, pos, end, where)
     field = key >> 3
     if field == 0 or field > 0x1FFF_FFFF:
         raise DecodeError(f"{where}: invalid field number {field}")
-    return field, key & 7, pos
+    if after - pos > 5:
+        # upb refuses a tag padded past 5 bytes; a fast path must not store what upb rejects.
+        raise DecodeError(f"{where}: field tag of {after - pos} bytes (at most 5)")
+    return field, key & 7, after
 
 
 def _length(buf: bytes, pos: int, end: int, where: str) -> tuple[int, int]:

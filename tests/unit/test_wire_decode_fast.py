@@ -6,11 +6,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from google.protobuf.message import DecodeError
 
 from beam_nominal._wire import decode as dec
 from beam_nominal._wire import reference
 from beam_nominal._wire._varint import varint_bytes
 from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
+from beam_nominal._wire.decode import decode_request
 from beam_nominal._wire.encode import encode_request
 from beam_nominal.model import SeriesKey, ValueType
 
@@ -108,3 +110,26 @@ def test_timestamp_beyond_int64_nanoseconds_falls_back_and_is_rejected(fast_call
         dec.decode_request(bytes(fixed))
     assert fast_calls == [False]
     assert req.batches[0].channel == "d"
+
+
+@pytest.mark.parametrize("form", ["grpc", "row", "columnar"])
+def test_a_tag_padded_past_five_bytes_is_refused_as_upb_refuses_it(form: str) -> None:
+    from beam_nominal._wire import reference_columnar, reference_row
+    from beam_nominal._wire.write_batches_v2 import decode_write_batches_v2, encode_write_batches_v2
+    from beam_nominal._wire.write_nominal import decode_write_nominal, encode_write_nominal
+
+    b = [SeriesBatch(SeriesKey("c", ()), ValueType.DOUBLE, np.array([1], dtype=np.int64), np.array([2.0]))]
+    # An unknown varint field 31 whose tag is written in 7 bytes, then its value 1.
+    junk = bytes([0xF8, 0x81, 0x80, 0x80, 0x80, 0x80, 0x00, 0x01])
+    codecs: dict[str, tuple[Any, Any, Any]] = {
+        "grpc": (lambda: encode_request("ri.x", b), decode_request, reference.decode),
+        "row": (lambda: encode_write_nominal(b), lambda x: decode_write_nominal(x, "ri.x"),
+                lambda x: reference_row.decode(x, "ri.x")),
+        "columnar": (lambda: encode_write_batches_v2("ri.x", b), decode_write_batches_v2, reference_columnar.decode),
+    }
+    encode, fast, slow = codecs[form]
+    body = encode() + junk
+    with pytest.raises(DecodeError):
+        slow(body)
+    with pytest.raises(DecodeError, match="tag of 7 bytes"):
+        fast(body)
