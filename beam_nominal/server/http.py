@@ -24,9 +24,10 @@ do), a ``Content-Encoding`` from the list above (``x-snappy-framed`` is the snap
 
 Answers: 200 with an empty body once the request is durably stored (or its key already was).
 Anything else has a JSON body ``{"error": NAME, "detail": TEXT}``: 400 ``invalid_request`` /
-``malformed_request`` (bad dataset rid, bad protobuf, bad batches, corrupt compression), 401
-``unauthorized``, 404 ``not_found``, 405 ``method_not_allowed``, 413 ``too_large`` (the body, or
-what it decompresses to; a compression bomb is refused before it is expanded past the limit),
+``malformed_request`` (bad dataset rid, bad protobuf, bad batches, corrupt compression, a body the
+client cut short), 401 ``unauthorized``, 404 ``not_found``, 405 ``method_not_allowed``, 413
+``too_large`` (the body, what it decompresses to, or its count of compressed frames past
+:data:`MAX_FRAMES`; a compression bomb is refused before it is expanded past the limit),
 415 ``unsupported_media_type`` / ``unsupported_content_encoding``, 503 ``unavailable`` /
 ``storage_error`` with ``Retry-After`` (nothing stored; retry), 500 ``internal``. The decisions for
 decoding and commit errors are :func:`~beam_nominal.server.service.classify_write_error`'s, shared
@@ -45,6 +46,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from http import HTTPStatus
+from typing import Protocol
 
 import cramjam
 import zstandard
@@ -62,6 +64,7 @@ from beam_nominal.server.store import _Committer, check_dataset_rid
 __all__ = [
     "CONTENT_ENCODINGS",
     "MAX_BODY_BYTES",
+    "MAX_FRAMES",
     "BodyTooLargeError",
     "HttpListener",
     "decompress_body",
@@ -86,25 +89,47 @@ Decoder = Callable[[bytes], DecodedRequest]
 
 
 class BodyTooLargeError(ValueError):
-    """A body that decompresses to more than the limit; found before it is expanded much further."""
+    """A body past a decompression limit (what it expands to, or how many frames it has); found
+    before it is expanded much further."""
 
 
-# A zstd block holds at most 128 KiB, and the smallest block that can (an RLE block: a 3-byte
-# header and the byte) is 4 bytes, so input expands at most 32,768-fold. Feeding the decompressor
-# slices of (budget left / that) bytes keeps its output within the budget plus one block.
+#: Most zstd frames, gzip members or snappy chunks besides those the data needs that a body may
+#: have. A client sends one frame (or a snappy chunk per 64 KiB); thousands of empty ones are only
+#: work for the server, so they are refused rather than read.
+MAX_FRAMES = 4096
+
+# A slice of a body is fed to a decompressor at a time, (budget left / the format's largest
+# expansion ratio) bytes of it, so that its output stays within the budget plus one block, and
+# so that what it hands back unread past the end of a frame is one slice, not the rest of the
+# body. zstd: a block holds at most 128 KiB, and the smallest block that can (an RLE block: a
+# 3-byte header and the byte) is 4 bytes, so 32,768-fold. Deflate: a 258-byte match takes 2 bits
+# at best, so 1,032-fold.
 _ZSTD_MAX_RATIO = 32_768
-_ZSTD_MIN_SLICE = 64
+_DEFLATE_MAX_RATIO = 1_032
+_MIN_SLICE = 64
+_MAX_SLICE = 64 * 1024
 
 
-def _unzstd(body: bytes, limit: int) -> list[bytes]:
+class _FrameDecoder(Protocol):
+    @property
+    def eof(self) -> bool: ...
+    @property
+    def unused_data(self) -> bytes: ...
+    def decompress(self, data: memoryview, /) -> bytes: ...
+
+
+def _decompress_frames(
+    body: bytes, limit: int, new_decoder: Callable[[], _FrameDecoder], max_ratio: int, what: str, frame: str
+) -> list[bytes]:
+    """Concatenated ``what`` frames (what it calls a ``frame``) decoded to their concatenation, within ``limit``."""
     out: list[bytes] = []
     size, pos, view = 0, 0, memoryview(body)
-    while True:  # one zstd frame per turn; concatenated frames decode to their concatenation
-        d = zstandard.ZstdDecompressor().decompressobj()
+    for _ in range(MAX_FRAMES):
+        d = new_decoder()
         while not d.eof:
             if pos >= len(view):
-                raise ValueError("zstd data ends inside a frame")
-            step = max(_ZSTD_MIN_SLICE, (limit - size) // _ZSTD_MAX_RATIO)
+                raise ValueError(f"{what} data ends inside a {frame}")
+            step = min(_MAX_SLICE, max(_MIN_SLICE, (limit - size) // max_ratio))
             chunk = d.decompress(view[pos : pos + step])
             pos += step
             size += len(chunk)
@@ -114,25 +139,17 @@ def _unzstd(body: bytes, limit: int) -> list[bytes]:
         pos = min(pos, len(view)) - len(d.unused_data)
         if pos >= len(view):
             return out
+    raise BodyTooLargeError(f"body has over {MAX_FRAMES} {what} {frame}s")
+
+
+def _unzstd(body: bytes, limit: int) -> list[bytes]:
+    # One context for every frame: a new one per frame costs more than an empty frame's 9 bytes.
+    return _decompress_frames(body, limit, zstandard.ZstdDecompressor().decompressobj, _ZSTD_MAX_RATIO, "zstd", "frame")
 
 
 def _gunzip(body: bytes, limit: int) -> list[bytes]:
-    out: list[bytes] = []
-    size, data = 0, body
-    while True:  # one gzip member per turn
-        d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        while not d.eof:
-            chunk = d.decompress(data, limit - size + 1)
-            if not chunk and not data:
-                raise ValueError("gzip data ends inside a member")
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLargeError(f"body decompresses to over {limit} bytes")
-            out.append(chunk)
-            data = d.unconsumed_tail
-        data = d.unused_data
-        if not data:
-            return out
+    new = functools.partial(zlib.decompressobj, wbits=16 + zlib.MAX_WBITS)
+    return _decompress_frames(body, limit, new, _DEFLATE_MAX_RATIO, "gzip", "member")
 
 
 def _varint(buf: bytes, pos: int, end: int) -> int:
@@ -146,14 +163,18 @@ def _varint(buf: bytes, pos: int, end: int) -> int:
     raise ValueError("snappy chunk's uncompressed length is cut short")
 
 
-def snappy_framed_size(body: bytes) -> int:
+def snappy_framed_size(body: bytes, max_chunks: int | None = None) -> int:
     """What a snappy-framed stream decompresses to, from its chunks' headers (nothing expanded).
 
     Raises:
+        BodyTooLargeError: more than ``max_chunks`` chunks.
         ValueError: not a well-formed chunk sequence, or a reserved unskippable chunk type.
     """
-    total, pos, n = 0, 0, len(body)
+    total, pos, n, chunks = 0, 0, len(body), 0
     while pos < n:
+        chunks += 1
+        if max_chunks is not None and chunks > max_chunks:
+            raise BodyTooLargeError(f"body has over {max_chunks} snappy chunks")
         if pos + 4 > n:
             raise ValueError("snappy chunk header is cut short")
         kind, length = body[pos], int.from_bytes(body[pos + 1 : pos + 4], "little")
@@ -173,8 +194,13 @@ def snappy_framed_size(body: bytes) -> int:
     return total
 
 
+# A snappy data chunk holds at most 64 KiB, so a body within the limit needs up to limit / 64 KiB
+# of them; MAX_FRAMES more are allowed.
+_SNAPPY_MAX_CHUNK_DATA = 65_536
+
+
 def _unsnappy_framed(body: bytes, limit: int) -> list[bytes]:
-    size = snappy_framed_size(body)
+    size = snappy_framed_size(body, MAX_FRAMES + limit // _SNAPPY_MAX_CHUNK_DATA)
     if size > limit:
         raise BodyTooLargeError(f"body decompresses to {size} bytes, over {limit}")
     try:
@@ -488,6 +514,11 @@ class HttpListener:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise self._too_large(f"body is over {self._max_body} bytes") from None
+        except OSError as exc:
+            # The connection went before the body was all sent: the client's doing (it will not
+            # read the answer), not a server fault.
+            _log.debug("HTTP %s %s: connection lost reading the body: %s", request.method, request.path[:200], exc)
+            raise _Refused(400, "malformed_request", f"the body was cut short: {exc}") from None
         key = request.headers.get(_md.HTTP_IDEMPOTENCY_KEY) or request.headers.get(_md.IDEMPOTENCY_KEY) or None
         await asyncio.get_running_loop().run_in_executor(self._pool, self._store, body, encoding, decode, what, key)
         return web.Response()

@@ -12,13 +12,17 @@ import concurrent.futures
 import gzip
 import http.client
 import json
+import logging
 import re
 import resource
 import signal
+import socket
 import ssl
+import struct
 import subprocess
 import sys
 import threading
+import time
 import tracemalloc
 import zlib
 from collections.abc import Callable, Iterator
@@ -42,7 +46,7 @@ from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal._wire.encode import encode_request
 from beam_nominal.model import SeriesKey, ValueType
 from beam_nominal.server import LocalServer, LocalStore
-from beam_nominal.server.http import BodyTooLargeError, decompress_body, snappy_framed_size
+from beam_nominal.server.http import MAX_FRAMES, BodyTooLargeError, decompress_body, snappy_framed_size
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -367,6 +371,72 @@ def test_decompressed_over_limit(server: LocalServer) -> None:
         assert reply.json()["error"] == "too_large"
     assert server.store.list_datasets() == before
     good_request(server, "ri.test.http.after-decompressed")
+
+
+# The smallest frame of each encoding: no data, a few bytes, all the work the server's per frame.
+EMPTY_FRAMES = {
+    "zstd": zstandard.ZstdCompressor().compress(b""),
+    "gzip": gzip.compress(b"", mtime=0),
+    "x-snappy-framed": b"\xfe\x00\x00\x00",  # a padding chunk
+}
+
+
+def frame_cap(encoding: str, limit: int) -> int:
+    """The most frames a body may have: snappy's data chunks hold 64 KiB, so it may have one per 64 KiB more."""
+    return MAX_FRAMES + (limit // 65_536 if encoding == "x-snappy-framed" else 0)
+
+
+@pytest.mark.parametrize("encoding", list(EMPTY_FRAMES))
+def test_body_of_empty_frames_refused_at_once(server: LocalServer, encoding: str) -> None:
+    # 64 MiB of them, millions of frames: refused on the frame count, in about the time the body takes to send.
+    empty = EMPTY_FRAMES[encoding]
+    body = empty * ((64 << 20) // len(empty))
+    started = time.monotonic()
+    reply = post(server.http_port, columnar_path(), body, {"Content-Encoding": encoding})
+    took = time.monotonic() - started
+    assert reply.status == 413, reply.body
+    assert reply.json()["error"] == "too_large"
+    assert f"over {frame_cap(encoding, md.MAX_MESSAGE_BYTES)} " in reply.json()["detail"]
+    assert took < 10, took
+    good_request(server, "ri.test.http.after-empty-frames")
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+@pytest.mark.parametrize("close", ["close", "reset"])
+def test_client_gone_mid_body_is_not_a_server_fault(
+    server: LocalServer, caplog: pytest.LogCaptureFixture, framing: str, close: str
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="beam_nominal.server.http")
+    listener_log = logging.getLogger("beam_nominal.server.http")
+    records: list[logging.LogRecord] = []
+    logged = threading.Event()
+
+    class _Seen(logging.Handler):  # caplog's handler, on the root, may see a record after this test looked
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+            logged.set()
+
+    seen = _Seen()
+    listener_log.addHandler(seen)
+    try:
+        head = f"POST {columnar_path()} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+        framed = (
+            "Content-Length: 1000\r\n\r\nabc"
+            if framing == "content-length"
+            else "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"
+        )
+        with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as sock:
+            sock.sendall((head + framed).encode())
+            if close == "reset":
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        assert logged.wait(10), "the listener never noticed the connection go"
+    finally:
+        listener_log.removeHandler(seen)
+    assert [(r.levelno, r.exc_info) for r in records] == [(logging.DEBUG, None)], [
+        (r.levelname, r.getMessage()) for r in records
+    ]
+    assert "connection lost" in records[0].getMessage()
+    good_request(server, "ri.test.http.after-client-gone")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -738,3 +808,29 @@ def test_decompress_body_bounds_every_encoding_before_expanding() -> None:
     with pytest.raises(ValueError, match="unskippable"):
         snappy_framed_size(b"\x02\x00\x00\x00")
     assert decompress_body(zlib.compress(b"x"), "identity", 100) == zlib.compress(b"x")
+
+
+@pytest.mark.parametrize("encoding", list(EMPTY_FRAMES))
+def test_decompress_body_caps_frames(encoding: str) -> None:
+    # A frame with data, then empty ones up to the cap: taken; one more: refused.
+    limit = 1 << 20
+    cap = frame_cap(encoding, limit)
+    first = compress(b"data", encoding)
+    frames_in_first = 2 if encoding == "x-snappy-framed" else 1  # snappy: the stream identifier and the data
+    at_cap = first + EMPTY_FRAMES[encoding] * (cap - frames_in_first)
+    assert decompress_body(at_cap, encoding, limit) == b"data"
+    with pytest.raises(BodyTooLargeError, match=f"over {cap} "):
+        decompress_body(at_cap + EMPTY_FRAMES[encoding], encoding, limit)
+
+
+def test_decompress_body_does_not_copy_the_rest_per_gzip_member() -> None:
+    # Empty members up to the cap, then one of 48 MiB: the rest of the body is not copied per member
+    # (that was 4095 copies of 48 MiB).
+    data = bytes(48 << 20)
+    stored = zlib.compressobj(0, wbits=16 + zlib.MAX_WBITS)  # as big as the data, and fast
+    body = EMPTY_FRAMES["gzip"] * (MAX_FRAMES - 1) + stored.compress(data) + stored.flush()
+    started = time.monotonic()
+    out = decompress_body(body, "gzip", md.MAX_MESSAGE_BYTES)
+    took = time.monotonic() - started
+    assert out == data
+    assert took < 10, took
