@@ -20,6 +20,7 @@ BENCHES = (
     "bench_server",
     "bench_stream",
     "bench_http",
+    "bench_http_parts",
     "bench_stream_parts",
     "bench_beam",
     "callgrind_points",
