@@ -87,6 +87,10 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _order(point: tuple[int, Any]) -> tuple[int, str]:
+    return point[0], repr(point[1])
+
+
 def assert_stored(
     store: LocalStore, rid: str, expected: dict[Any, tuple[str, list[tuple[int, Any]]]]
 ) -> None:
@@ -97,6 +101,9 @@ def assert_stored(
         table = store.read(rid, key[0], dict(key[1]))
         got = list(zip(table.column("timestamp").to_pylist(), table.column("value").to_pylist(), strict=True))
         assert len(got) == len(points), (key, got)
+        # Points of one timestamp may arrive in either order: a series split across requests that
+        # are in flight together is committed in the order the requests finish.
+        got, points = sorted(got, key=_order), sorted(points, key=_order)
         for (gt, gv), (et, ev) in zip(got, points, strict=True):
             assert gt == et, (key, got)
             assert _same(gv, ev), (key, got, points)
