@@ -18,6 +18,7 @@ import atexit
 import logging
 import os
 import threading
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -213,6 +214,14 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         if fallback_to_row:
             options["fallback_to_row"] = True
         is_http = isinstance(target, str) and target.split("://", 1)[0].lower() in ("http", "https")
+        if is_http:
+            parts = urllib.parse.urlsplit(target)
+            if parts.username is not None or parts.password is not None:
+                # Refused here, not on a worker: the URL would show in display data and logs.
+                raise ValueError(
+                    f"WriteToNominal target must not carry credentials ({parts.scheme}://…@{parts.hostname}): "
+                    "give token="
+                )
         if options and not is_http:
             raise ValueError(
                 f"WriteToNominal {', '.join(sorted(options))} applies to http(s):// targets only, got target={target!r}"

@@ -88,6 +88,9 @@ def test_write_to_nominal_checks_http_options_at_construction() -> None:
         WriteToNominal("grpc://h:1", dataset_rid=RID, format="row")
     with pytest.raises(TypeError, match="fallback_to_row"):
         WriteToNominal("https://h/api", dataset_rid=RID, fallback_to_row="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="credentials") as info:
+        WriteToNominal("https://me:pw-SECRET@h/api", dataset_rid=RID)
+    assert "pw-SECRET" not in str(info.value)
 
 
 def test_the_proxy_variables_workers_set_are_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
