@@ -273,6 +273,7 @@ _KINDS = {
     ValueType.STRUCT: "string",
 }
 _F8 = np.dtype("<f8")
+_I8 = np.dtype(np.int64)
 
 
 def _points_framing(vt: ValueType, payload_len: int) -> bytes:
@@ -317,8 +318,10 @@ def encode_write_nominal(batches: Sequence[SeriesBatch], session_name: str | Non
             vt = _checked_type(i, b)
         vts[i] = vt
         if b.timestamps is not last_ts:
-            last_ts = b.timestamps
-            ts = _checked_timestamps(i, b)
+            last_ts = ts = b.timestamps
+            # The common column needs no conversion; anything else gets the full check.
+            if not (type(ts) is np.ndarray and ts.dtype == _I8 and ts.ndim == 1):
+                ts = _checked_timestamps(i, b)
             uniq.append(ts)
         stamps[i] = ts
         n = ts.shape[0]
@@ -345,7 +348,9 @@ def encode_write_nominal(batches: Sequence[SeriesBatch], session_name: str | Non
 
     for (kind, tsw), idx in groups.items():
         if kind == "double":
-            ns = _joined([stamps[i] for i in idx])
+            # A request of doubles only, each series with its own column (the common case), has
+            # joined its timestamps already, for their minimum.
+            ns = all_ts if len(idx) == nb == len(uniq) else _joined([stamps[i] for i in idx])
             out = _double_points(ns, tsw, _joined([doubles[i] for i in idx]))
             stride = tsw + _DOUBLE_EXTRA
             _slice_points(payloads, idx, out, [stride * stamps[i].shape[0] for i in idx])
