@@ -270,6 +270,13 @@ class HttpTarget:
             )
         if status == 401 or status == 403:
             raise TargetError(f"{where}: the token was refused: {text}", retryable=False, code=f"HTTP {status}")
+        if status == 413:
+            raise TargetError(
+                f"{where}: the server refused a request of {len(self._body(request, form)[0]):,} bytes "
+                f"({request.points:,} points) as too large; give a smaller max_request_bytes. Server said: {text}",
+                retryable=False,
+                code="HTTP 413",
+            )
         if 300 <= status < 400:
             raise TargetError(
                 f"{where}: redirected to {headers.get('Location')!r}; give that base URL instead",

@@ -306,3 +306,18 @@ def test_a_refusal_that_echoes_the_request_does_not_leak_the_token(tmp_path: Pat
         assert "HTTP 401" in reason and "Bearer <token>" in reason and secret not in reason
     finally:
         server.stop()
+
+
+def test_a_request_refused_as_too_large_says_which_setting_to_lower(tmp_path: Path) -> None:
+    faults = Faults(lambda _n, _r: ("status", 413, {}))
+    server = _serve(tmp_path, faults)
+    try:
+        s = NominalStream(server.http_url, dataset_rid=RID, **FAST)
+        s.enqueue_batch("a", np.arange(T, T + 10), np.ones(10))
+        with pytest.raises(DeliveryError) as info:
+            s.close()
+        reason = info.value.reasons[SeriesKey.of("a")]
+        assert "HTTP 413" in reason and "max_request_bytes" in reason and "(10 points)" in reason
+        assert len(faults.attempts) == 1
+    finally:
+        server.stop()
