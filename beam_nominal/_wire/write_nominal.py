@@ -21,10 +21,11 @@ series' share checked to start on a point), with numpy:
 * in our layout (constant stride: every row's fixed bytes verified, values read through strided
   views): doubles, int64/uint64, double-array rows of one width;
 * as prost and upb write them (minimal varints, zero fields omitted) for doubles, integers below
-  2**49, and strings, structs and double arrays with points under 128 bytes: point starts are
-  found among likely offsets and the chain of lengths is verified exactly (:func:`_point_chain`),
-  then every point's fields are checked to fill it exactly and read, a varint from one 8-byte
-  word, text and packed doubles cut out with one mask.
+  2**49, and strings, structs and double arrays with points under 16384 bytes (lengths of one
+  or two varint bytes: rows of up to 2,000 doubles): point starts are found among likely offsets
+  and the chain of lengths is verified exactly (:func:`_point_chain`), then every point's fields
+  are checked to fill it exactly and read, a varint from one 8-byte word, text and packed
+  doubles cut out with one mask.
 
 Anything else (pre-1970 seconds in minimal varints, repeated or reordered fields, string arrays,
 longer points) is parsed by upb for that one ``Series`` (:mod:`reference_row`), so every valid
@@ -834,9 +835,10 @@ def _varints_at(words: U64) -> tuple[U64, I64] | None:
 
 
 def _point_chain(arr: U8, cand: I64, nxt: I64) -> I64 | None:
-    """The start of every point of a region of ``0a L <L bytes>`` points (L < 128).
+    """The start of every point of a region of ``0a L <L bytes>`` points (L a varint of 1 or 2
+    bytes: L < 16384).
 
-    Sequential parsing is the chain ``start[k + 1] = start[k] + 2 + L[k]`` from 0 to the end of
+    Sequential parsing is the chain ``start[k + 1] = start[k] + 1 + |L| + L[k]`` from 0 to the end of
     the region. Candidates (offsets that likely start a point) make it vectorised: links
     between consecutive candidates are checked at once, and only where one fails is the chain
     followed in Python, from the last good position: candidates it steps over (a value's bytes
@@ -866,33 +868,56 @@ def _point_chain(arr: U8, cand: I64, nxt: I64) -> I64 | None:
             pieces.append(cand[j : k + 1])
             pos = int(nxt[k])
             continue
-        if pos + 2 > total or arr[pos] != 0x0A or arr[pos + 1] >= 0x80:
+        if pos + 2 > total or arr[pos] != 0x0A:
             return None
+        length = int(arr[pos + 1])
+        head = 2
+        if length >= 0x80:
+            if pos + 3 > total or arr[pos + 2] >= 0x80:
+                return None
+            length = (length & 0x7F) | int(arr[pos + 2]) << 7
+            head = 3
         pieces.append(np.array([pos], dtype=np.int64))
-        pos += 2 + int(arr[pos + 1])
+        pos += head + length
     if pos != total:
         return None
     return np.concatenate(pieces) if len(pieces) != 1 else pieces[0]
 
 
-def _point_candidates(arr: U8) -> tuple[I64, I64]:
+def _point_candidates(arr: U8, wide: bool) -> tuple[I64, I64]:
     """Offsets that likely start a point, and where each such point would end: ``0a L 0a T``
     then ``08`` or ``10``, a point starting with a timestamp (text holding newlines, ``0a``, or
-    a double's bytes rarely look like that). Points without a timestamp, or with an empty one,
-    are rare (the epoch) and are found by :func:`_point_chain`."""
+    a double's bytes rarely look like that), L one varint byte, or if ``wide`` also two
+    (``L0 >= 80``, ``L1 < 80``: long text and arrays). Points without a timestamp, or with an
+    empty one, are rare (the epoch) and are found by :func:`_point_chain`."""
     total = arr.shape[0]
     starts = []
+    ends = []
     for b0 in range(0, total - 4, _SCAN_BLOCK):
         b1 = min(b0 + _SCAN_BLOCK, total - 4)
-        is_key = arr[b0 : b1 + 2] == 0x0A
-        c = np.flatnonzero(is_key[:-2] & is_key[2:])
+        is_key = arr[b0 : b1 + 3] == 0x0A
+        c = np.flatnonzero(is_key[:-3] & is_key[2:-1])
         c += b0
         first = arr[c + 4]
-        starts.append(c[(first == 0x08) | (first == 0x10)])
+        c = c[((first == 0x08) | (first == 0x10)) & (arr[c + 1] < 0x80)]
+        c_end = c + 2 + arr[c + 1]
+        if wide:
+            w = np.flatnonzero(is_key[:-3] & is_key[3:])
+            w += b0
+            w = w[w + 5 < total]
+            first = arr[w + 5]
+            w = w[((first == 0x08) | (first == 0x10)) & (arr[w + 1] >= 0x80) & (arr[w + 2] < 0x80)]
+            w_end = w + 3 + (arr[w + 1] & 0x7F) + (arr[w + 2].astype(np.int64) << 7)
+            order = np.argsort(np.concatenate([c, w]), kind="stable")
+            c = np.concatenate([c, w])[order]
+            c_end = np.concatenate([c_end, w_end])[order]
+        starts.append(c)
+        ends.append(c_end)
     if not starts:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    cand = np.concatenate(starts) if len(starts) > 1 else starts[0]
-    return cand, cand + 2 + arr[cand + 1]
+    if len(starts) == 1:
+        return starts[0], ends[0].astype(np.int64, copy=False)
+    return np.concatenate(starts), np.concatenate(ends).astype(np.int64, copy=False)
 
 
 def _doubles(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tuple[I64, npt.NDArray[Any], I64]:
@@ -951,22 +976,27 @@ class _Points(NamedTuple):
     chain: I64  # offsets in the buffer of every point
     counts: I64  # points per region (see _region_counts)
     total: int  # bytes of the region
-    # The buffer as bytes (3 zero bytes appended where it ends too soon: up to 3 bytes past a
+    # The buffer as bytes (4 zero bytes appended where it ends too soon: up to 4 bytes past a
     # point's start are read before its length is checked), and as words.
     full: U8
     words: _Words
 
     @classmethod
     def of(cls, buf: bytes, start: int, stop: int, bounds: I64 | None) -> _Points:
-        """Raises _Fallback where no chain of ``0a L`` points (L < 128) fills the region."""
+        """Raises _Fallback where no chain of ``0a L`` points (L < 16384) fills the region."""
         arr = np.frombuffer(buf, dtype=np.uint8, count=stop - start, offset=start)
         if arr.shape[0] < 2:
             raise _Fallback
-        chain = _point_chain(arr, *_point_candidates(arr))
+        # Two-byte point lengths are looked for only where the first point has one or the chain
+        # of one-byte ones fails: the scan for them costs doubles and short text 10-15%.
+        wide = bool(arr[1] >= 0x80)
+        chain = _point_chain(arr, *_point_candidates(arr, wide))
+        if chain is None and not wide:
+            chain = _point_chain(arr, *_point_candidates(arr, True))
         if chain is None:
             raise _Fallback
         counts = _region_counts(chain, bounds, arr.shape[0])
-        full = np.frombuffer(buf if stop + 3 <= len(buf) else buf + bytes(3), dtype=np.uint8)
+        full = np.frombuffer(buf if stop + 4 <= len(buf) else buf + bytes(4), dtype=np.uint8)
         return cls(chain + start, counts, arr.shape[0], full, _Words(buf))
 
     def blocks(self) -> Iterator[tuple[int, I64]]:
@@ -978,7 +1008,7 @@ class _Points(NamedTuple):
 
 def _strings(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tuple[I64, list[str], I64]:
     """(timestamps, values, points per region) of ``StringPoints`` / ``StructPoints`` bytes whose
-    points are all shorter than 128 bytes: ``0a L [0a T <timestamp>] [12 len <UTF-8>]``, in any
+    points are all shorter than 16384 bytes: ``0a L [0a T <timestamp>] [12 len <UTF-8>]``, in any
     varint encoding (ours and prost's). The value fields are cut out with one mask and parsed
     by upb as one repeated string (which checks the UTF-8); the rest as for doubles.
 
@@ -987,7 +1017,7 @@ def _strings(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tu
     """
     if stop == start:
         return np.empty(0, dtype=np.int64), [], _region_counts(np.empty(0, dtype=np.int64), bounds, 0)
-    points, ns, field_at, field_len = _value_fields(buf, start, stop, bounds)
+    points, ns, field_at, field_len, _ = _value_fields(buf, start, stop, bounds)
     fields = _cut(buf, start, points.total, field_at, field_len)
     strs: list[str] = list(nw.StringArrayPoint.FromString(fields.tobytes()).value)
     n = ns.shape[0]
@@ -999,15 +1029,15 @@ def _strings(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tu
 
 
 def _canonical_double_rows(buf: bytes, start: int, stop: int, bounds: I64 | None) -> tuple[I64, list[Any], I64]:
-    """``DoubleArrayPoints`` whose points are all shorter than 128 bytes, as prost and upb write
-    them: ``0a L [0a T <timestamp>] [12 len <packed doubles>]`` (an empty row has no value field).
-    The packed values are cut out with one mask; rows are views of one column."""
-    points, ns, field_at, field_len = _value_fields(buf, start, stop, bounds)
-    has_value = field_len > 0
-    sizes = np.where(has_value, field_len - 2, 0)
+    """``DoubleArrayPoints`` whose points are all shorter than 16384 bytes (up to 2,000 doubles),
+    as prost and upb write them: ``0a L [0a T <timestamp>] [12 len <packed doubles>]`` (an empty
+    row has no value field). The packed values are cut out with one mask; rows are views of one
+    column."""
+    points, ns, field_at, field_len, field_head = _value_fields(buf, start, stop, bounds)
+    sizes = field_len - field_head
     if (sizes % 8).any():
         raise _Fallback
-    flat = _cut(buf, start, points.total, field_at + np.where(has_value, 2, 0), sizes).view("<f8").astype(np.float64)
+    flat = _cut(buf, start, points.total, field_at + field_head, sizes).view("<f8").astype(np.float64)
     widths = sizes // 8
     n = ns.shape[0]
     if n and int(widths.min()) == int(widths.max()):
@@ -1015,27 +1045,37 @@ def _canonical_double_rows(buf: bytes, start: int, stop: int, bounds: I64 | None
     return ns, np.split(flat, np.cumsum(widths)[:-1]), points.counts
 
 
-def _value_fields(buf: bytes, start: int, stop: int, bounds: I64 | None) -> tuple[_Points, I64, I64, I64]:
-    """Points ``0a L [0a T <timestamp>] [12 len <bytes>]`` (L < 128): (the points, their
-    timestamps, each value field's offset from ``start`` and size, 0 where it is omitted)."""
+def _value_fields(buf: bytes, start: int, stop: int, bounds: I64 | None) -> tuple[_Points, I64, I64, I64, I64]:
+    """Points ``0a L [0a T <timestamp>] [12 len <bytes>]`` (L < 16384): (the points, their
+    timestamps, each value field's offset from ``start``, size and the size of its key and
+    length, 0 where it is omitted)."""
     points = _Points.of(buf, start, stop, bounds)
     full = points.full
     n = points.chain.shape[0]
     ns = np.empty(n, dtype=np.int64)
     field_at = np.empty(n, dtype=np.int64)
     field_len = np.empty(n, dtype=np.int64)
+    field_head = np.empty(n, dtype=np.int64)
     for b0, block in points.blocks():
         b1 = b0 + block.shape[0]
         heads = _point_heads(full, block, 0x12)
-        value_at = block + 2 + heads.lens - heads.rest
         has_value = heads.rest > 0
-        at = value_at[has_value]
-        if not ((full[at] == 0x12) & (full[at + 1] == heads.rest[has_value] - 2)).all():
+        at = heads.value_at[has_value]
+        rest = heads.rest[has_value]
+        # The field's length varint in one byte or two, whichever makes it fill the point exactly.
+        one = rest < 2 + 0x80
+        size = rest - np.where(one, 2, 3)
+        second = full[at + 1]
+        length_ok = np.where(one, second == size, (second == (size & 0x7F | 0x80)) & (full[at + 2] == size >> 7))
+        if not ((full[at] == 0x12) & length_ok).all():
             raise _Fallback
-        _point_timestamps(points.words, block, heads, ns[b0:b1])
-        field_at[b0:b1] = value_at - start
+        _point_timestamps(points.words, heads, ns[b0:b1])
+        field_at[b0:b1] = heads.value_at - start
         field_len[b0:b1] = heads.rest
-    return points, ns, field_at, field_len
+        head = np.zeros(block.shape[0], dtype=np.int64)
+        head[has_value] = np.where(one, 2, 3)
+        field_head[b0:b1] = head
+    return points, ns, field_at, field_len, field_head
 
 
 def _cut(buf: bytes, start: int, total: int, at: I64, length: I64) -> U8:
@@ -1068,6 +1108,8 @@ def _region_counts(chain: I64, bounds: I64 | None, total: int) -> I64:
 class _Heads(NamedTuple):
     """The leading bytes of a block of points ``0a L [0a T <timestamp>] <value field>``."""
 
+    body: I64  # offset of each point's first field (after its key and 1 or 2 length bytes)
+    value_at: I64  # offset of the bytes after the timestamp field
     lens: I64  # L
     t_len: I64  # T, 0 where there is no timestamp field
     has_ts: npt.NDArray[np.bool_]
@@ -1076,36 +1118,48 @@ class _Heads(NamedTuple):
 
 
 def _point_heads(full: U8, chain: I64, value_key: int) -> _Heads:
-    """Read and check the heads of the points at offsets ``chain`` of ``full`` (L < 128, T <= 16:
+    """Read and check the heads of the points at offsets ``chain`` of ``full`` (L < 16384, T <= 16:
     a point without a timestamp is empty or starts with its value field, key ``value_key``)."""
     lens = full[chain + 1].astype(np.int64)
-    key = full[chain + 2]
+    wide = lens >= 0x80
+    if wide.any():
+        high = full[chain + 2].astype(np.int64)
+        if (wide & (high >= 0x80)).any():
+            raise _Fallback
+        lens = np.where(wide, (lens & 0x7F) | high << 7, lens)
+        body = chain + 2 + wide
+    else:
+        body = chain + 2
+    key = full[body]
     has_ts = (key == 0x0A) & (lens >= 2)
     all_ts = bool(has_ts.all())
     if all_ts:
-        t_len = full[chain + 3].astype(np.int64)
+        t_len = full[body + 1].astype(np.int64)
         ok = t_len <= 16
+        value_at = body + 2 + t_len
     else:
-        t_len = np.where(has_ts, full[chain + 3], 0).astype(np.int64)
+        t_len = np.where(has_ts, full[body + 1], 0).astype(np.int64)
         ok = (t_len <= 16) & (has_ts | (key == value_key) | (lens == 0))
-    rest = lens - 2 - t_len if all_ts else lens - np.where(has_ts, 2 + t_len, 0)
-    ok &= (lens < 0x80) & (rest >= 0)
+        value_at = body + np.where(has_ts, 2 + t_len, 0)
+    rest = body + lens - value_at
+    ok &= rest >= 0
     if not ok.all():
         raise _Fallback
-    return _Heads(lens, t_len, has_ts, all_ts, rest)
+    return _Heads(body, value_at, lens, t_len, has_ts, all_ts, rest)
 
 
-def _point_timestamps(words: _Words, chain: I64, heads: _Heads, ns_out: I64) -> None:
-    """Decode the timestamp fields of the points at ``chain`` into ``ns_out``."""
+def _point_timestamps(words: _Words, heads: _Heads, ns_out: I64) -> None:
+    """Decode the timestamp fields of the points of ``heads`` into ``ns_out``."""
     t_len = heads.t_len
+    body = heads.body
     if heads.all_ts and int(t_len.min()) > 0:
-        sec, nanos = _timestamp_bodies(words, chain + 4, t_len)
+        sec, nanos = _timestamp_bodies(words, body + 2, t_len)
     else:
         with_body = np.flatnonzero(t_len)
-        sec = np.zeros(chain.shape[0], dtype=np.uint64)
-        nanos = np.zeros(chain.shape[0], dtype=np.uint64)
+        sec = np.zeros(body.shape[0], dtype=np.uint64)
+        nanos = np.zeros(body.shape[0], dtype=np.uint64)
         if with_body.shape[0]:
-            sec[with_body], nanos[with_body] = _timestamp_bodies(words, chain[with_body] + 4, t_len[with_body])
+            sec[with_body], nanos[with_body] = _timestamp_bodies(words, body[with_body] + 2, t_len[with_body])
     # nanos is an int32 field: a wider varint keeps its low 32 bits, as every parser does.
     nanos32 = (nanos & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
     sec64 = sec.view(np.int64)
@@ -1119,7 +1173,7 @@ def _double_block(full: U8, words: _Words, chain: I64, ns_out: I64, values_out: 
     """Check and read the DoublePoints starting at the offsets ``chain`` of ``full`` (the buffer)."""
     heads = _point_heads(full, chain, 0x11)
     # After the timestamp: nothing (0.0) or the value field, exactly.
-    value_at = chain + 2 + heads.lens - 9
+    value_at = heads.value_at
     has_value = heads.rest == 9
     every_value = bool(has_value.all())
     if every_value:
@@ -1128,7 +1182,7 @@ def _double_block(full: U8, words: _Words, chain: I64, ns_out: I64, values_out: 
         ok = (heads.rest == 0) | (has_value & (full[np.where(has_value, value_at, chain)] == 0x11))
     if not ok.all():
         raise _Fallback
-    _point_timestamps(words, chain, heads, ns_out)
+    _point_timestamps(words, heads, ns_out)
     if every_value:
         values_out[:] = words.at(value_at + 1).view("<f8")
     else:
@@ -1273,12 +1327,12 @@ def _canonical_integers(
         heads = _point_heads(points.full, block, 0x10)
         has_value = heads.rest > 0
         at = np.flatnonzero(has_value)
-        value_at = (block + 2 + heads.lens - heads.rest)[at]
+        value_at = heads.value_at[at]
         word = points.words.at(value_at)
         decoded = _varints_at(word)
         if decoded is None or not (((word & _U(0xFF)) == 0x10) & (decoded[1] + 1 == heads.rest[at])).all():
             raise _Fallback
-        _point_timestamps(points.words, block, heads, ns[b0 : b0 + block.shape[0]])
+        _point_timestamps(points.words, heads, ns[b0 : b0 + block.shape[0]])
         values[at + b0] = decoded[0]
     return ns, values.view(np.int64) if vt is ValueType.INT64 else values, points.counts
 

@@ -479,7 +479,16 @@ _BASE_BATCHES = [
     SeriesBatch(SeriesKey.of("neg"), V.INT64, _ts(-5, 3), np.array([1, -1])),
     SeriesBatch(SeriesKey.of("u"), V.DOUBLE_ARRAY, _ts(1, 2, 3), np.arange(12.0).reshape(3, 4)),
 ]
-_MUTATION_BASES = [encode_write_nominal(_BASE_BATCHES, "s"), reference_row.encode(_BASE_BATCHES, "s")]
+# Points of 128 bytes and more, whose lengths take two varint bytes, as prost and upb write them.
+_LONG_BATCHES = [
+    SeriesBatch(SeriesKey.of("wide"), V.DOUBLE_ARRAY, _ts(1, 2, 3), [np.arange(16.0), np.arange(20.0), np.empty(0)]),
+    SeriesBatch(SeriesKey.of("text"), V.STRING, _ts(1, 2), ["\n" * 130, "y"]),
+]
+_MUTATION_BASES = [
+    encode_write_nominal(_BASE_BATCHES, "s"),
+    reference_row.encode(_BASE_BATCHES, "s"),
+    reference_row.encode(_LONG_BATCHES),
+]
 
 
 def test_every_truncation_agrees_with_upb() -> None:
@@ -584,6 +593,107 @@ def test_small_canonical_double_arrays_decode_without_upb(no_fallback: None) -> 
     ]
     for want in (batches, batches[1:2]):
         assert_body_equal(want, decode_write_nominal(reference_row.encode(want), RID), None)
+
+
+# Widths around the points' 128-byte boundary (a one- to a two-byte length: 13 doubles and a
+# timestamp fit in 127 bytes), nominal-streaming's array benchmarks' (64, 512), and around the
+# 16384-byte boundary (three length bytes, which upb reads).
+_WIDTHS = st.sampled_from([0, 1, 13, 14, 15, 16, 17, 64, 512, 2045, 2048])
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.tuples(st.integers(0, 2**62), _WIDTHS), max_size=12),
+            # Doubles of bytes that look like point starts, 2-byte lengths and continuation bits.
+            st.lists(st.sampled_from([0x0A, 0x12, 0x80, 0x81, 0x01, 0x08, 0x10, 0x7F, 0x00]), min_size=8,
+                     max_size=8),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_long_canonical_double_arrays_decode_like_upb(series: list[tuple[list[tuple[int, int]], list[int]]]) -> None:
+    """Prost's and upb's encoding of rows of any width decodes to upb's values, and without upb
+    up to 16383-byte points."""
+    rng = np.random.default_rng(len(series))
+    batches = []
+    for j, (points, tricky) in enumerate(series):
+        ts = np.array([t for t, _ in points], dtype=np.int64)
+        rows = []
+        for _, w in points:
+            row = rng.standard_normal(w)
+            row[::3] = np.frombuffer(bytes(tricky), dtype="<f8")[0]
+            rows.append(row)
+        batches.append(SeriesBatch(SeriesKey.of(f"a{j}"), V.DOUBLE_ARRAY, ts, rows))
+    # The generated classes' serialization: upb's canonical encoding, as prost's.
+    data = nw.WriteRequestNominal(series=[reference_row.to_proto([b]).series[0] for b in batches]).SerializeToString()
+    want = _oracle(data)
+    assert isinstance(want, DecodedRequest)
+    assert_body_equal(batches, want, None)  # the oracle is right about its own encoding
+    fell_back = []
+    slow = wn._slow_series
+
+    def counted(*args: Any) -> SeriesBatch:
+        fell_back.append(args[-1])
+        return slow(*args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(wn, "_slow_series", counted)
+        assert_body_equal(want.batches, decode_write_nominal(data, RID), None)
+    too_long = [j for j, (points, _) in enumerate(series) if any(w > 2045 for _, w in points)]
+    assert set(fell_back) <= set(too_long)
+    if not too_long:
+        assert fell_back == []
+
+
+def test_nominal_streaming_wide_arrays_decode_without_upb(no_fallback: None) -> None:
+    """benchmarks/bench_http.py's float_array_64 and _512 bodies, as prost writes them; the rows
+    of several series joined, and one series alone."""
+    rng = np.random.default_rng(21)
+    ts = 1_700_000_000_000_000_000 + np.arange(300, dtype=np.int64) * 1_000_003
+    batches = [
+        SeriesBatch(SeriesKey.of(f"w{w}", {"run": "1"}), V.DOUBLE_ARRAY, ts, list(rng.standard_normal((300, w))))
+        for w in (64, 512, 64)
+    ]
+    batches.append(SeriesBatch(SeriesKey.of("mixed"), V.DOUBLE_ARRAY, ts[:40], [rng.standard_normal(k) for k in
+                                                                                range(0, 400, 10)]))
+    for want in (batches, batches[1:2]):
+        assert_body_equal(want, decode_write_nominal(reference_row.encode(want), RID), None)
+
+
+@pytest.mark.parametrize("vt", [V.STRING, V.STRUCT])
+def test_long_strings_decode_without_upb(no_fallback: None, vt: ValueType) -> None:
+    # Text that looks like 2-byte point heads (0a 80 01 0a ...) and lengths at the 128 boundary.
+    words = ["", "a", "x" * 110, "x" * 111, "x" * 125, "x" * 126, "\n\x80\x01\n\x0c\x08" * 40, "é" * 3000, "z" * 16360]
+    rng = np.random.default_rng(13)
+    batches = []
+    for j in range(6):
+        n = int(rng.integers(1, 60))
+        ts = np.sort(rng.integers(0, 2**62, n))
+        batches.append(SeriesBatch(SeriesKey.of(f"s{j}"), vt, ts, [words[k] for k in rng.integers(0, len(words), n)]))
+    for want in (batches, batches[2:3]):
+        assert_body_equal(want, decode_write_nominal(reference_row.encode(want), RID), None)
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        b"\x0a\x85\x00" + _stamp(3, 1)[:5],  # a 2-byte length that is not minimal (5)
+        b"\x0a\x80\x80\x01" + b"\x00" * 16384,  # a 3-byte length
+        _ld(1, _stamp(3, 0) + b"\x12\x81\x00" + b"\x00" * 8),  # the value's 2-byte length not minimal
+        _ld(1, _stamp(3, 0) + b"\x12\x80\x01" + b"\x00" * 127),  # 128 bytes, not whole doubles
+        _ld(1, _stamp(3, 0) + _ld(2, b"\x00" * 160) + _ld(2, b"\x00" * 8)),  # two packed runs
+        _ld(1, _stamp(3, 0) + _ld(2, b"\x00" * 160) + b"\x18\x01"),  # an unknown field after it
+        _ld(1, _stamp(3, 0) + _ld(2, b"\x00" * 160))[:-1],  # one byte short
+    ],
+)
+def test_odd_long_array_points_between_canonical_ones_decode_like_upb(point: bytes) -> None:
+    plain = _ld(1, _stamp(1_700_000_000, 5) + _ld(2, np.arange(20.0).tobytes()))
+    points = plain * 3 + point + plain * 2
+    data = _series(_channel(b"a"), _ld(3, _ld(4, _ld(1, points)))) * 2
+    _assert_agrees_with_upb(data)
 
 
 @pytest.mark.parametrize("vt", [V.STRING, V.STRUCT])
