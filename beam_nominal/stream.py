@@ -1008,14 +1008,12 @@ def _merge(given: Any, cls: type[Any], groups: dict[type[Any], dict[str, Any]]) 
 def _make_target(
     target: Any, dataset_rid: str, token: Any, ca_file: Any, format: str | None, fallback_to_row: bool
 ) -> tuple[Target, bool]:
-    from beam_nominal.targets._factory import target_from_url
+    from beam_nominal.targets._factory import http_options, target_from_url
 
     extra: dict[str, Any] = {"ca_file": ca_file} if ca_file is not None else {}
-    if format is not None:
-        extra["format"] = format
-    if fallback_to_row:
-        extra["fallback_to_row"] = True
-    made = target_from_url(target, dataset_rid=dataset_rid, token=token, **extra)
+    made = target_from_url(
+        target, dataset_rid=dataset_rid, token=token, **extra, **http_options(target, format, fallback_to_row)
+    )
     return made, made is not target
 
 

@@ -18,7 +18,6 @@ import atexit
 import logging
 import os
 import threading
-import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -35,6 +34,7 @@ from beam_nominal.beam._dofn import (
     WriteChunksDoFn,
     WriteDoFn,
 )
+from beam_nominal.targets._factory import http_options
 
 __all__ = ["DEFAULT_LOCAL_DATASET", "WriteToNominal", "WriteToNominalResult", "embedded_server"]
 
@@ -172,7 +172,8 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             )
         if target is not None and not dataset_rid:
             raise ValueError("WriteToNominal needs dataset_rid when a target is given")
-        target_options = self._check_target_options(target, format, fallback_to_row)
+        # Checked here, not on a worker (and a URL with credentials must not reach display data).
+        target_options = http_options(target, format, fallback_to_row)
         if target is None and local_data_dir is None:
             local_data_dir = DEFAULT_LOCAL_DATA_DIR
         if not isinstance(timestamp_field, str) or not timestamp_field:
@@ -198,35 +199,6 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         self._max_buffering = max_buffering_duration_secs
         self._settings = settings
         self._target_options = target_options
-
-    @staticmethod
-    def _check_target_options(target: Any, format: str | None, fallback_to_row: bool) -> dict[str, Any]:
-        """Check the HTTP options against the target now, not on a worker."""
-        from beam_nominal.targets.http import FORMATS
-
-        options: dict[str, Any] = {}
-        if format is not None:
-            if format not in FORMATS:
-                raise ValueError(f"WriteToNominal format must be one of {FORMATS}, got {format!r}")
-            options["format"] = format
-        if not isinstance(fallback_to_row, bool):
-            raise TypeError(f"WriteToNominal fallback_to_row must be a bool, got {fallback_to_row!r}")
-        if fallback_to_row:
-            options["fallback_to_row"] = True
-        is_http = isinstance(target, str) and target.split("://", 1)[0].lower() in ("http", "https")
-        if is_http:
-            parts = urllib.parse.urlsplit(target)
-            if parts.username is not None or parts.password is not None:
-                # Refused here, not on a worker: the URL would show in display data and logs.
-                raise ValueError(
-                    f"WriteToNominal target must not carry credentials ({parts.scheme}://…@{parts.hostname}): "
-                    "give token="
-                )
-        if options and not is_http:
-            raise ValueError(
-                f"WriteToNominal {', '.join(sorted(options))} applies to http(s):// targets only, got target={target!r}"
-            )
-        return options
 
     @staticmethod
     def _validate_settings(settings: Mapping[str, Any]) -> None:

@@ -7,7 +7,32 @@ from typing import Any
 
 from beam_nominal.targets.base import Target
 
-__all__ = ["target_from_url"]
+__all__ = ["http_options", "target_from_url"]
+
+
+def http_options(target: object, format: str | None = None, fallback_to_row: object = False) -> dict[str, Any]:
+    """The keywords ``format`` / ``fallback_to_row`` make for ``target``, checked where they are given.
+
+    Returns only what differs from the defaults, so a call without them passes nothing on. For an
+    ``http(s)://`` target the URL is checked too (see :func:`~beam_nominal.targets.http.check_base_url`).
+
+    Raises:
+        ValueError, TypeError: a bad value, a bad HTTP URL, or either option for a target that
+            is not ``http(s)://``.
+    """
+    from beam_nominal.targets.http import check_base_url, check_options
+
+    options: dict[str, Any] = {}
+    if format is not None:
+        options["format"] = format
+    if fallback_to_row is not False:
+        options["fallback_to_row"] = fallback_to_row
+    check_options(options.get("format", "row"), options.get("fallback_to_row", False))
+    if isinstance(target, str) and target.split("://", 1)[0].lower() in ("http", "https"):
+        check_base_url(target)
+    elif options:
+        raise ValueError(f"{', '.join(sorted(options))} applies to http(s):// targets only, not {target!r}")
+    return options
 
 
 def target_from_url(
@@ -46,9 +71,7 @@ def target_from_url(
         from beam_nominal.targets.http import HttpTarget
 
         return HttpTarget(text, dataset_rid=dataset_rid, token=token, **kwargs)
-    http_only = sorted({"format", "fallback_to_row"} & kwargs.keys())
-    if http_only:
-        raise ValueError(f"{', '.join(http_only)} applies to http(s):// targets only, not {text!r}")
+    http_options(text, kwargs.pop("format", None), kwargs.pop("fallback_to_row", False))
     if scheme in ("grpc", "grpcs"):
         # Imported here so Avro-only users never load grpc.
         from beam_nominal.targets.grpc import GrpcTarget

@@ -39,7 +39,7 @@ from beam_nominal._wire import metadata
 from beam_nominal.errors import TargetError
 from beam_nominal.targets.base import Request, TokenSource
 
-__all__ = ["FORMATS", "HttpTarget"]
+__all__ = ["FORMATS", "HttpTarget", "check_base_url", "check_options", "retry_after_seconds"]
 
 _log = logging.getLogger(__name__)
 
@@ -72,6 +72,35 @@ def _encode_columnar(request: Request) -> bytes:
 
 
 _ENCODERS: dict[str, Callable[[Request], bytes]] = {"row": _encode_row, "columnar": _encode_columnar}
+
+
+def check_base_url(base_url: str) -> urllib.parse.SplitResult:
+    """``base_url`` split, if it can be Nominal's base URL: checked where a user gives it.
+
+    Raises:
+        ValueError: not ``http(s)://HOST[:PORT][/PATH]``, or with credentials, a query or a
+            fragment (credentials are never echoed).
+    """
+    parsed = urllib.parse.urlsplit(base_url)
+    if parsed.username is not None or parsed.password is not None:
+        # Never echo it: the part before the host is a secret, and the URL would show in display
+        # data and logs.
+        raise ValueError(
+            f"HTTP target URL must not carry credentials ({parsed.scheme}://…@{parsed.hostname}): give token="
+        )
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValueError(f"HTTP target URL must be http(s)://HOST[:PORT][/PATH], got {base_url!r}")
+    if parsed.query or parsed.fragment:
+        raise ValueError(f"HTTP target URL must not have a query or fragment: {base_url!r}")
+    return parsed
+
+
+def check_options(format: str, fallback_to_row: object) -> None:
+    """Raises ValueError / TypeError for a ``format`` or ``fallback_to_row`` HttpTarget cannot take."""
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    if not isinstance(fallback_to_row, bool):
+        raise TypeError(f"fallback_to_row must be a bool, got {fallback_to_row!r}")
 
 
 def retry_after_seconds(value: str | None, now: Callable[[], float] = time.time) -> float | None:
@@ -129,18 +158,8 @@ class HttpTarget:
         connect_timeout: float = 10.0,
         max_connections: int = 8,
     ) -> None:
-        parsed = urllib.parse.urlsplit(base_url)
-        if parsed.username is not None or parsed.password is not None:
-            # Never echo it: the part before the host is a secret.
-            raise ValueError(
-                f"HTTP target URL must not carry credentials ({parsed.scheme}://…@{parsed.hostname}): give token="
-            )
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ValueError(f"HTTP target URL must be http(s)://HOST[:PORT][/PATH], got {base_url!r}")
-        if parsed.query or parsed.fragment:
-            raise ValueError(f"HTTP target URL must not have a query or fragment: {base_url!r}")
-        if format not in FORMATS:
-            raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+        parsed = check_base_url(base_url)
+        check_options(format, fallback_to_row)
         if not isinstance(dataset_rid, str) or not dataset_rid:
             raise ValueError(f"an HTTP target needs a dataset_rid, got {dataset_rid!r}")
         if not (isinstance(connect_timeout, (int, float)) and math.isfinite(connect_timeout) and connect_timeout > 0):
@@ -166,7 +185,7 @@ class HttpTarget:
         pool_kw.update(num_pools=2, maxsize=max_connections, block=False, retries=False)
         # Workers behind a proxy set the usual variables (HTTPS_PROXY, NO_PROXY), as for pip.
         proxy = urllib.request.getproxies().get(parsed.scheme)
-        if proxy and not urllib.request.proxy_bypass(parsed.hostname):
+        if proxy and not urllib.request.proxy_bypass(parsed.hostname or ""):
             self._pool: urllib3.PoolManager = urllib3.ProxyManager(proxy, **pool_kw)
         else:
             self._pool = urllib3.PoolManager(**pool_kw)

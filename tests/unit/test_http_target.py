@@ -91,6 +91,8 @@ def test_write_to_nominal_checks_http_options_at_construction() -> None:
     with pytest.raises(ValueError, match="credentials") as info:
         WriteToNominal("https://me:pw-SECRET@h/api", dataset_rid=RID)
     assert "pw-SECRET" not in str(info.value)
+    with pytest.raises(ValueError, match="query"):
+        WriteToNominal("https://h/api?x=1", dataset_rid=RID)
 
 
 def test_the_proxy_variables_workers_set_are_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
