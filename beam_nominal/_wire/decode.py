@@ -20,7 +20,7 @@ form; :mod:`write_batches_v2` reads Nominal's HTTP columnar form with the same c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
 import numpy as np
@@ -554,7 +554,6 @@ class ColumnReader:
         self.tag = layout.timestamp_tag
         self.nanos_int64 = layout.nanos_int64
         self.nanos_checked = layout.nanos_checked
-        self.request_fields = {f for f in (layout.rid_field, layout.batches_field, layout.source_field) if f}
         self.batch_key = layout.batch_key[0]
         kinds = {layout.members[vt]: kind for vt, kind in _KINDS.items()}  # member field -> kind
         columns: dict[int, int] = {self.tag: _TIMESTAMPS}
@@ -1096,18 +1095,20 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
     return decode_columns(data, _COLUMN_READER)
 
 
-def decode_columns(data: bytes | bytearray | memoryview, reader: ColumnReader) -> DecodedRequest:
-    """Parse the request form ``reader`` reads into columns, as :func:`decode_request` does
-    (same results, same errors; a form without a source name gives None)."""
-    buf = data if isinstance(data, bytes) else bytes(data)
+def request_fields(
+    buf: bytes, batch_key: int, batches_field: int, text_fields: Mapping[int, str]
+) -> tuple[list[tuple[int, int]], dict[int, str]]:
+    """The top level of a write request: the (start, stop) of every repeated batch message
+    (``batches_field``, whose one-byte key is ``batch_key``), and the text of each of
+    ``text_fields`` (field number -> name for errors; the last occurrence wins, as in protobuf).
+    Other fields are skipped.
+
+    Raises:
+        DecodeError: bytes that are not a valid message at this level.
+    """
     end = len(buf)
-    rid = ""
-    source: str | None = None
-    layout = reader.layout
-    batch_key = reader.batch_key
-    request_fields = reader.request_fields
-    # Spans first: the fast path needs nothing else, the general path makes _Batch objects.
     spans: list[tuple[int, int]] = []
+    texts: dict[int, str] = {}
     pos = 0
     while pos < end:
         if buf[pos] == batch_key and pos + 3 < end:
@@ -1119,16 +1120,27 @@ def decode_columns(data: bytes | bytearray | memoryview, reader: ColumnReader) -
             spans.append((s, pos))
             continue
         field, wt, pos = _tag(buf, pos, end, "request")
-        if wt != 2 or field not in request_fields:
+        if wt != 2 or (field != batches_field and field not in text_fields):
             pos = _skip(buf, pos, end, field, wt, "request")
             continue
         s, pos = _length(buf, pos, end, "request")
-        if field == layout.rid_field:
-            rid = _text(buf, s, pos, "data_source_rid")
-        elif field == layout.batches_field:
+        if field == batches_field:
             spans.append((s, pos))
         else:
-            source = _text(buf, s, pos, "source_name")
+            texts[field] = _text(buf, s, pos, text_fields[field])
+    return spans, texts
+
+
+def decode_columns(data: bytes | bytearray | memoryview, reader: ColumnReader) -> DecodedRequest:
+    """Parse the request form ``reader`` reads into columns, as :func:`decode_request` does
+    (same results, same errors; a form without a source name gives None)."""
+    buf = data if isinstance(data, bytes) else bytes(data)
+    layout = reader.layout
+    # Spans first: the fast path needs nothing else, the general path makes _Batch objects.
+    names = {f: n for f, n in ((layout.rid_field, "data_source_rid"), (layout.source_field, "source_name")) if f}
+    spans, texts = request_fields(buf, reader.batch_key, layout.batches_field, names)
+    rid = texts.get(layout.rid_field, "")
+    source = texts.get(layout.source_field) if layout.source_field else None
 
     if spans:
         # (The gRPC form keeps the call its tests observe.)

@@ -40,7 +40,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from google.protobuf.message import DecodeError
 
 from beam_nominal._wire import reference_row
 from beam_nominal._wire._proto.nominal.write import nominal_write_pb2 as nw
@@ -60,6 +59,7 @@ from beam_nominal._wire.decode import (
     _text,
     _unspread5,
     _varint,
+    request_fields,
 )
 from beam_nominal._wire.encode import (
     TIMESTAMP_BYTES,
@@ -531,28 +531,8 @@ def decode_write_nominal(data: bytes | bytearray | memoryview, dataset_rid: str)
             garbage, invalid UTF-8). Broken bytes anywhere take precedence over a bad series.
     """
     buf = data if isinstance(data, bytes) else bytes(data)
-    end = len(buf)
-    session: str | None = None
-    spans: list[tuple[int, int]] = []
-    pos = 0
-    while pos < end:
-        if buf[pos] == 0x0A and pos + 3 < end:
-            # A Series (the usual field), its length inline.
-            n, s = _len2(buf, pos + 1, end, "request")
-            pos = s + n
-            if pos > end:
-                raise DecodeError(f"request: field of {n} bytes runs past the end of its message")
-            spans.append((s, pos))
-            continue
-        field, wt, pos = _tag(buf, pos, end, "request")
-        if wt != 2 or field > 2:
-            pos = _skip(buf, pos, end, field, wt, "request")
-            continue
-        s, pos = _length(buf, pos, end, "request")
-        if field == 1:
-            spans.append((s, pos))
-        else:
-            session = _text(buf, s, pos, "session_name")
+    spans, texts = request_fields(buf, 0x0A, 1, {2: "session_name"})
+    session = texts.get(2)
 
     out: list[SeriesBatch | None] = [None] * len(spans)
     malformed: dict[int, MalformedBatchError] = {}
