@@ -59,7 +59,7 @@ from beam_nominal._wire.batch import DecodedRequest
 from beam_nominal._wire.write_batches_v2 import decode_write_batches_v2
 from beam_nominal._wire.write_nominal import decode_write_nominal
 from beam_nominal.server.service import SERVER_NAME, classify_write_error
-from beam_nominal.server.store import _Committer, check_dataset_rid
+from beam_nominal.server.store import InvalidRequestError, _Committer, check_dataset_rid
 
 __all__ = [
     "CONTENT_ENCODINGS",
@@ -258,10 +258,6 @@ class _Refused(Exception):
         return web.json_response({"error": self.error, "detail": self.detail}, status=self.status, headers=self.headers)
 
 
-def _decode_row(rid: str, data: bytes) -> DecodedRequest:
-    return decode_write_nominal(data, rid)
-
-
 def _status_name(status: int) -> str:
     try:
         return HTTPStatus(status).phrase.lower().replace(" ", "_")
@@ -406,7 +402,8 @@ class HttpListener:
         self._port = int(runner.addresses[0][1])
 
     def stop(self, grace: float | None = 5.0) -> None:
-        """Stop accepting connections, let requests in progress finish for up to ``grace`` seconds.
+        """Stop accepting connections, let requests in progress finish for up to ``grace`` seconds
+        (None: not at all, as gRPC's ``stop(None)`` aborts at once).
 
         Commits already handed to a worker thread may still finish after this returns: the
         committer's gate (closed by its owner after this) bounds them.
@@ -428,7 +425,7 @@ class HttpListener:
         for site in list(runner.sites):
             await site.stop()
         try:
-            await asyncio.wait_for(self._idle.wait(), grace)
+            await asyncio.wait_for(self._idle.wait(), 0 if grace is None else grace)
         except asyncio.TimeoutError:
             _log.warning("HttpListener.stop: %d request(s) still running after %s s", self._active, grace)
         await runner.cleanup()
@@ -488,7 +485,8 @@ class HttpListener:
 
     async def _write_row(self, request: web.Request) -> web.Response:
         rid = request.match_info["dataset_rid"]
-        return await self._write(request, functools.partial(_decode_row, rid), "WriteRequestNominal", rid)
+        decode = functools.partial(decode_write_nominal, dataset_rid=rid)
+        return await self._write(request, decode, "WriteRequestNominal", rid)
 
     async def _write_columnar(self, request: web.Request) -> web.Response:
         return await self._write(request, decode_write_batches_v2, "WriteBatchesRequest", None)
@@ -500,7 +498,7 @@ class HttpListener:
                 415, "unsupported_media_type", f"Content-Type {media_type!r} is not {_md.PROTOBUF_CONTENT_TYPE}"
             )
         encoding = request.headers.get("Content-Encoding", "").strip().lower() or "identity"
-        if encoding not in CONTENT_ENCODINGS and encoding != "x-gzip":
+        if encoding != "identity" and encoding not in _DECOMPRESSORS:
             raise _Refused(
                 415,
                 "unsupported_content_encoding",
@@ -509,11 +507,11 @@ class HttpListener:
         if rid is not None:
             self._check_rid(rid, what)
         if request.content_length is not None and request.content_length > self._max_body:
-            raise self._too_large(f"body is {request.content_length} bytes, over {self._max_body}")
+            raise _Refused(413, "too_large", f"body is {request.content_length} bytes, over {self._max_body}")
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            raise self._too_large(f"body is over {self._max_body} bytes") from None
+            raise _Refused(413, "too_large", f"body is over {self._max_body} bytes") from None
         except OSError as exc:
             # The connection went before the body was all sent: the client's doing (it will not
             # read the answer), not a server fault.
@@ -527,18 +525,15 @@ class HttpListener:
     def _check_rid(rid: str, what: str) -> None:
         try:
             check_dataset_rid(rid)
-        except Exception as exc:
+        except InvalidRequestError as exc:  # the one error it raises: anything else is a fault of ours
             raise _refused(exc, what) from None
-
-    def _too_large(self, detail: str) -> _Refused:
-        return _Refused(413, "too_large", detail)
 
     def _store(self, body: bytes, encoding: str, decode: Decoder, what: str, key: str | None) -> None:
         """Decompress, decode and commit (in a worker thread); raises :class:`_Refused`."""
         try:
             data = decompress_body(body, encoding, self._max_decompressed)
         except BodyTooLargeError as exc:
-            raise self._too_large(str(exc)) from None
+            raise _Refused(413, "too_large", str(exc)) from None
         except ValueError as exc:
             raise _Refused(400, "malformed_request", str(exc)) from None
         try:

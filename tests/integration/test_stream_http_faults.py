@@ -89,7 +89,7 @@ class Faults:
         return response
 
     def stop(self) -> None:
-        if self.loop is not None:
+        if self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(self.release.set)
 
 
@@ -320,4 +320,37 @@ def test_a_request_refused_as_too_large_says_which_setting_to_lower(tmp_path: Pa
         assert "HTTP 413" in reason and "max_request_bytes" in reason and "(10 points)" in reason
         assert len(faults.attempts) == 1
     finally:
+        server.stop()
+
+
+def test_stop_none_does_not_wait_for_a_request_in_progress(tmp_path: Path) -> None:
+    held = threading.Event()
+
+    def plan(_n: int, _r: web.Request) -> Any:
+        held.set()
+        return "stall"
+
+    faults = Faults(plan)
+    server = _serve(tmp_path, faults)
+    try:
+        s = NominalStream(server.http_url, dataset_rid=RID, attempt_timeout=60, max_attempts=1, **FAST)
+        s.enqueue("a", T, 1.0)
+        outcome: list[BaseException] = []
+
+        def close() -> None:
+            try:
+                s.close(timeout=30)
+            except DeliveryError as exc:  # the held request was cut: not delivered, and said so
+                outcome.append(exc)
+
+        sender = threading.Thread(target=close, daemon=True)
+        sender.start()
+        assert held.wait(30)
+        started = time.monotonic()
+        server.stop(None)  # gRPC's stop(None) aborts at once; HTTP must not wait for the held request
+        assert time.monotonic() - started < 10
+        sender.join(30)
+        assert [e.points for e in outcome] == [1]
+    finally:
+        faults.stop()
         server.stop()
