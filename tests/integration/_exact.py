@@ -11,4 +11,6 @@ def exact(v: Any) -> Any:
         return v.hex()
     if isinstance(v, list):
         return [exact(x) for x in v]
+    if isinstance(v, dict):
+        return {k: exact(x) for k, x in v.items()}
     return v

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pytest
+from _exact import exact
 
 from beam_nominal._wire import metadata as md
 from beam_nominal._wire._proto.beam_nominal.local.v1 import local_pb2, local_pb2_grpc
@@ -69,17 +70,6 @@ CASES: list[tuple[str, dict[str, str] | None, ValueType, list[Any], list[Any]]] 
         [[], ["ü"], ["b", "c", "d"], ["a", ""]],
     ),
 ]
-
-
-def exact(v: Any) -> Any:
-    """A comparable form that tells -0.0 from 0.0 and equates NaN with NaN."""
-    if isinstance(v, float):
-        return v.hex()
-    if isinstance(v, list):
-        return [exact(x) for x in v]
-    if isinstance(v, dict):
-        return {k: exact(x) for k, x in v.items()}
-    return v
 
 
 def series_batch(channel: str, tags: dict[str, str] | None, vt: ValueType, values: list[Any]) -> SeriesBatch:

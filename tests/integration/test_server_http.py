@@ -242,7 +242,6 @@ def test_content_types_taken(server: LocalServer, content_type: str | None) -> N
 
 def test_urls_and_capabilities(server: LocalServer) -> None:
     assert server.http_url == f"http://127.0.0.1:{server.http_port}/api"
-    assert server.http_port != server.port
     for prefix in ("/api", ""):
         # No token needed: a client learns here whether it needs one.
         reply = request(server.http_port, "GET", prefix + md.HTTP_CAPABILITIES_PATH)
@@ -704,8 +703,6 @@ def test_serve_prints_both_urls_and_stops_on_sigterm(tmp_path: Path) -> None:
     serve = Serve(tmp_path, "--token", TOKEN)
     try:
         assert re.fullmatch(r"listening on grpc://127\.0\.0\.1:\d+ and http://127\.0\.0\.1:\d+/api\n", serve.line)
-        assert re.search(r"listening on (grpc://\S+)", serve.line).group(1) == serve.grpc_url  # type: ignore[union-attr]
-        assert serve.http_url.endswith("/api")
         rid = "ri.test.http.serve"
         reply = post(
             serve.http_port, columnar_path(), compress(columnar_body(rid, CASES), "zstd"), {"Content-Encoding": "zstd"}
