@@ -86,6 +86,20 @@ def _equal(a: list[SeriesBatch], b: list[SeriesBatch]) -> bool:
     return len(a) == len(b)
 
 
+def interleaved_times(
+    jobs: list[tuple[str, str, Callable[[], Any]]], rounds: int, clock: Callable[[], float]
+) -> dict[tuple[str, str], list[float]]:
+    """Each (shape, op) job's times over ``rounds``, the job order reversed every other round so
+    drift in machine load hits all of them alike."""
+    times: dict[tuple[str, str], list[float]] = {(s, op): [] for s, op, _ in jobs}
+    for r in range(rounds):
+        for shape, op, fn in jobs if r % 2 == 0 else reversed(jobs):
+            t0 = clock()
+            fn()
+            times[(shape, op)].append(clock() - t0)
+    return times
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=9)
@@ -112,12 +126,7 @@ def main(argv: list[str] | None = None) -> None:
             (name, "decode fast (ref bytes)", lambda d=ref_bytes[name]: decode_request(d)),
             (name, "decode reference", lambda d=encoded[name]: reference.decode(d)),
         ]
-    times: dict[tuple[str, str], list[float]] = {(s, op): [] for s, op, _ in jobs}
-    for r in range(ns.rounds):
-        for shape, op, fn in jobs if r % 2 == 0 else reversed(jobs):
-            t0 = clock()
-            fn()
-            times[(shape, op)].append(clock() - t0)
+    times = interleaved_times(jobs, ns.rounds, clock)
 
     ops = ["encode fast", "encode reference", "decode fast", "decode fast (ref bytes)", "decode reference"]
     print(f"wire codec, M points/s (median of {ns.rounds} interleaved rounds, {ns.clock} time)")

@@ -21,7 +21,7 @@ from typing import Any
 from beam_nominal._wire import reference_row
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal._wire.write_nominal import decode_write_nominal, encode_write_nominal, encoded_size_write_nominal
-from benchmarks.bench_wire import TARGET_BYTES, _equal, _shapes
+from benchmarks.bench_wire import TARGET_BYTES, _equal, _shapes, interleaved_times
 
 RID = "ri.bench"
 
@@ -66,12 +66,7 @@ def main(argv: list[str] | None = None) -> None:
             (name, "decode fast (ref bytes)", lambda d=ref_bytes[name]: decode_write_nominal(d, RID)),
             (name, "decode reference", lambda d=encoded[name]: reference_row.decode(d, RID)),
         ]
-    times: dict[tuple[str, str], list[float]] = {(s, op): [] for s, op, _ in jobs}
-    for r in range(ns.rounds):
-        for shape, op, fn in jobs if r % 2 == 0 else reversed(jobs):
-            t0 = clock()
-            fn()
-            times[(shape, op)].append(clock() - t0)
+    times = interleaved_times(jobs, ns.rounds, clock)
 
     ops = ["encode fast", "encode reference", "decode fast", "decode fast (ref bytes)", "decode reference"]
     print(f"row body codec, M points/s (median of {ns.rounds} interleaved rounds, {ns.clock} time)")
