@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hmac
 import logging
 import ssl
 import threading
@@ -58,7 +57,7 @@ from beam_nominal._wire import metadata as _md
 from beam_nominal._wire.batch import DecodedRequest
 from beam_nominal._wire.write_batches_v2 import decode_write_batches_v2
 from beam_nominal._wire.write_nominal import decode_write_nominal
-from beam_nominal.server.service import SERVER_NAME, classify_write_error
+from beam_nominal.server.service import SERVER_NAME, BearerToken, classify_write_error
 from beam_nominal.server.store import InvalidRequestError, _Committer, check_dataset_rid
 
 __all__ = [
@@ -299,7 +298,7 @@ class HttpListener:
         self._committer = committer
         self.host = host
         self._requested_port = port
-        self._expected = f"Bearer {token}".encode() if token is not None else None
+        self._token = BearerToken(token) if token is not None else None
         self._ssl = ssl_context
         self._middlewares = list(middlewares)
         self._max_workers = max_workers
@@ -467,9 +466,9 @@ class HttpListener:
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if self._expected is not None and request.match_info.handler != self._capabilities:
+        if self._token is not None and request.match_info.handler != self._capabilities:
             given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-            if not hmac.compare_digest(given, self._expected):
+            if not self._token.accepts(given):
                 raise _Refused(
                     401,
                     "unauthorized",

@@ -31,6 +31,7 @@ __all__ = [
     "CAPABILITIES_SERVICE",
     "READ_SERVICE",
     "SERVER_NAME",
+    "BearerToken",
     "TokenInterceptor",
     "WriteRefusal",
     "WriterService",
@@ -65,11 +66,22 @@ else:
     _InterceptorBase = grpc.ServerInterceptor
 
 
+class BearerToken:
+    """The server's token check, for both listeners: the whole ``Bearer <token>`` value, compared
+    in constant time."""
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+    def accepts(self, authorization: bytes) -> bool:
+        return hmac.compare_digest(authorization, self._expected)
+
+
 class TokenInterceptor(_InterceptorBase):
     """Rejects every call, on every service, that lacks ``authorization: Bearer <token>``."""
 
     def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
+        self._token = BearerToken(token)
 
     def intercept_service(
         self,
@@ -81,7 +93,7 @@ class TokenInterceptor(_InterceptorBase):
             if k == _md.AUTHORIZATION:
                 given = v.encode() if isinstance(v, str) else bytes(v)
                 break
-        if hmac.compare_digest(given, self._expected):
+        if self._token.accepts(given):
             return continuation(handler_call_details)
         return _DENY_HANDLER
 
