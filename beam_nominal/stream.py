@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from beam_nominal._pipeline import buffer as _buf
+from beam_nominal._pipeline import values as _values
 from beam_nominal._pipeline.buffer import TS_BYTES, Buffer, SeriesBuffer
 from beam_nominal._pipeline.packer import cut_requests
 from beam_nominal._pipeline.uploader import Outcome, Uploader
-from beam_nominal.errors import BackpressureError, DeliveryError, SeriesTypeError, StreamClosedError
+from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
 from beam_nominal.model import SeriesKey, ValueType, timestamp_ns, timestamps_ns
 from beam_nominal.settings import BatchSettings, RetrySettings, UploadSettings
 from beam_nominal.targets.base import Request, Target
@@ -50,7 +50,7 @@ _log = logging.getLogger("beam_nominal.stream")
 
 _TS_MIN = -(2**63)
 _TS_MAX = 2**63 - 1
-_Mismatch = _buf._Mismatch
+_Mismatch = _values.Mismatch
 
 _SETTING_OWNERS: dict[str, type[Any]] = {
     f.name: cls for cls in (BatchSettings, UploadSettings, RetrySettings) for f in fields(cls)
@@ -634,9 +634,9 @@ class NominalStream:
                     try:
                         value = conv(value)
                     except _Mismatch:
-                        raise s.conflict(_describe(value)) from None
+                        raise s.conflict(_values.describe(value)) from None
                     except UnicodeEncodeError:
-                        _buf.check_texts(channel, "string", (value,))
+                        _values.check_texts(channel, "string", (value,))
                         raise
             tail = s.ts_tail
             if not tail:
@@ -700,16 +700,16 @@ class NominalStream:
             try:
                 converted = existing.conv(value)
             except _Mismatch:
-                raise existing.conflict(_describe(value)) from None
+                raise existing.conflict(_values.describe(value)) from None
             except UnicodeEncodeError:
-                _buf.check_texts(channel, "string", (value,))
+                _values.check_texts(channel, "string", (value,))
                 raise
             if existing.block is not None and existing.block.ts:
                 buf.materialise(existing.block)
             return existing, converted
-        vt, converted = _buf.convert_scalar(channel, value)
+        vt, converted = _values.convert_scalar(channel, value)
         if existing is not None and existing.vtype is not vt:
-            raise existing.conflict(_describe(value))
+            raise existing.conflict(_values.describe(value))
         return buf.pin(channel, tags, vt), converted
 
     def enqueue_batch(self, channel: str, timestamps: Any, values: Any, tags: Mapping[str, str] | None = None) -> None:
@@ -746,7 +746,7 @@ class NominalStream:
         if not self._core.accepting:
             self._core.check_open()
         # The pin is read without the lock (a dict lookup is atomic) and re-checked under it.
-        vt, vals, vbytes = _column(channel, values, self._pinned(channel, tags))
+        vt, vals, vbytes = _values.column(channel, values, self._pinned(channel, tags))
         if len(vals) != len(ts):
             raise ValueError(f"channel {channel!r}: {len(ts)} timestamps but {len(vals)} values")
         if not len(ts):
@@ -860,7 +860,7 @@ class NominalStream:
         """Write one double-array value (a 1-D sequence of numbers)."""
         if type(timestamp) is not int or not _TS_MIN < timestamp <= _TS_MAX:
             timestamp = timestamp_ns(timestamp)
-        self._append_one(channel, tags, ValueType.DOUBLE_ARRAY, timestamp, _buf.float_row(channel, values))
+        self._append_one(channel, tags, ValueType.DOUBLE_ARRAY, timestamp, _values.float_row(channel, values))
 
     def enqueue_string_array(
         self, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
@@ -868,13 +868,13 @@ class NominalStream:
         """Write one string-array value."""
         if type(timestamp) is not int or not _TS_MIN < timestamp <= _TS_MAX:
             timestamp = timestamp_ns(timestamp)
-        self._append_one(channel, tags, ValueType.STRING_ARRAY, timestamp, _buf.string_row(channel, values))
+        self._append_one(channel, tags, ValueType.STRING_ARRAY, timestamp, _values.string_row(channel, values))
 
     def enqueue_struct(
         self, channel: str, timestamp: Any, value: Mapping[str, Any], tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one struct value, stored as compact JSON text with sorted keys."""
-        text = _buf.struct_json(channel, value)
+        text = _values.struct_json(channel, value)
         self._append_one(channel, tags, ValueType.STRUCT, timestamp_ns(timestamp), text)
 
     def enqueue_table(
@@ -920,7 +920,7 @@ class NominalStream:
                 keep = pc.is_valid(col).to_numpy(zero_copy_only=False)
                 col = col.filter(pc.is_valid(col))
                 ts = ts_np[keep]
-            vt, vals, vbytes = _arrow_column(name, col, pinned[name])
+            vt, vals, vbytes = _values.arrow_column(name, col, pinned[name])
             prepared.append((name, vt, np.array(ts, dtype=np.int64), vals, vbytes + TS_BYTES * len(ts)))
         for name, vt, ts, vals, nbytes in prepared:
             if len(ts):
@@ -1017,139 +1017,6 @@ def _make_target(
     return made, made is not target
 
 
-def _describe(value: Any) -> str:
-    try:
-        vt = ValueType.of_scalar(value).value
-    except TypeError:
-        vt = type(value).__name__
-    return f"{vt} value {value!r:.80}"
-
-
 _F64 = np.dtype(np.float64)
 _I64 = np.dtype(np.int64)
 _DOUBLE = ValueType.DOUBLE
-
-
-def _column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueType, Any, int]:
-    """Normalise a batch of values: (value type, values in SeriesBatch form, value bytes)."""
-    if type(values) is np.ndarray and values.dtype == _F64 and values.ndim == 1:
-        # The common numpy case first, without the general dispatch below.
-        _check_pin(channel, pinned, ValueType.DOUBLE)
-        return ValueType.DOUBLE, values.copy(), values.size * 8
-    if isinstance(values, np.ndarray):
-        if values.ndim == 2:
-            rows, nbytes = _buf.float_rows(channel, values)
-            return _check_pin(channel, pinned, ValueType.DOUBLE_ARRAY), rows, nbytes
-        if values.ndim != 1:
-            raise TypeError(f"channel {channel!r}: values must be 1-D or 2-D, got shape {values.shape}")
-        if values.dtype.kind != "O":
-            try:
-                vt = ValueType.of_dtype(values.dtype)
-            except TypeError as exc:
-                raise TypeError(f"channel {channel!r}: {exc}") from None
-            if vt is ValueType.INT64 and pinned is ValueType.UINT64 and values.dtype.kind in "iu":
-                if values.size and values.min() < 0:
-                    raise _conflict(channel, pinned, "negative int64 values")
-                vt = ValueType.UINT64
-            vt = _check_pin(channel, pinned, vt)
-            if vt is ValueType.STRING:
-                out = values.astype(str).tolist()
-                _buf.check_texts(channel, "string", out)
-                return vt, out, sum(map(len, out)) + 3 * len(out)
-            arr = np.array(values, dtype=vt.numpy_dtype, copy=True)
-            return vt, arr, arr.size * (8 if vt is ValueType.DOUBLE else 10)
-        values = values.tolist()
-    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, (Sequence, np.ndarray)):
-        if not hasattr(values, "__len__") or isinstance(values, (str, bytes, Mapping)):
-            raise TypeError(
-                f"channel {channel!r}: values must be a sequence or numpy array, got {type(values).__name__}"
-            )
-        values = list(values)
-    if not len(values):
-        return pinned or ValueType.DOUBLE, np.empty(0), 0
-    first = values[0]
-    if isinstance(first, Mapping):
-        vt = _check_pin(channel, pinned, ValueType.STRUCT)
-        out = [_buf.struct_json(channel, v) for v in values]
-        return vt, out, sum(map(len, out)) + 3 * len(out)
-    if isinstance(first, np.ndarray) or (isinstance(first, Sequence) and not isinstance(first, (str, bytes))):
-        inner = first[0] if len(first) else None
-        if isinstance(inner, str):
-            vt = _check_pin(channel, pinned, ValueType.STRING_ARRAY)
-            srows: list[list[str]] = []
-            nbytes = 0
-            for r in values:
-                row = _buf.string_row(channel, r)
-                srows.append(row)
-                nbytes += sum(map(len, row)) + 2 * len(row) + 4
-            return vt, srows, nbytes
-        vt = _check_pin(channel, pinned, ValueType.DOUBLE_ARRAY)
-        frows, nbytes = _buf.float_rows(channel, values)
-        return vt, frows, nbytes
-    try:
-        vt = ValueType.of_scalar(first)
-    except TypeError as exc:
-        raise TypeError(f"channel {channel!r}: values[0]: {exc}") from None
-    if vt is ValueType.INT64 and pinned is ValueType.UINT64:
-        vt = ValueType.UINT64
-    elif vt is ValueType.INT64 and pinned is None and type(first) is int:
-        # A Python int column is int64 unless some value needs uint64.
-        try:
-            np.array(values, dtype=np.int64)
-        except OverflowError:
-            vt = ValueType.UINT64
-    vt = _check_pin(channel, pinned, vt)
-    conv = _buf._SCALAR_CONVERTERS[vt]
-    try:
-        out = [conv(v) for v in values]
-    except UnicodeEncodeError:
-        _buf.check_texts(channel, "string", values)
-        raise
-    except _Mismatch:
-        for i, v in enumerate(values):
-            try:
-                conv(v)
-            except _Mismatch:
-                raise SeriesTypeError(
-                    f"channel {channel!r}: values[{i}] is a {_describe(v)} in a {vt.value} column"
-                ) from None
-        raise  # pragma: no cover
-    if vt is ValueType.STRING:
-        return vt, out, sum(map(len, out)) + 3 * len(out)
-    arr = np.array(out, dtype=vt.numpy_dtype)
-    return vt, arr, arr.size * (8 if vt is ValueType.DOUBLE else 10)
-
-
-def _conflict(channel: str, pinned: ValueType, got: str) -> SeriesTypeError:
-    return SeriesTypeError(f"series {channel!r} is pinned to {pinned.value} by its first value; got {got}")
-
-
-def _check_pin(channel: str, pinned: ValueType | None, vt: ValueType) -> ValueType:
-    if pinned is not None and pinned is not vt:
-        raise _conflict(channel, pinned, vt.value)
-    return vt
-
-
-def _arrow_column(name: str, col: Any, pinned: ValueType | None) -> tuple[ValueType, Any, int]:
-    import pyarrow as pa
-
-    t = col.type
-    if pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t):
-        arr = col.to_numpy(zero_copy_only=False)
-        return _column(name, arr, pinned)
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        out = col.to_pylist()
-        return _check_pin(name, pinned, ValueType.STRING), out, sum(map(len, out)) + 3 * len(out)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        vtype = t.value_type
-        if pa.types.is_string(vtype) or pa.types.is_large_string(vtype):
-            rows = col.to_pylist()
-            nbytes = sum(sum(map(len, r)) + 2 * len(r) + 4 for r in rows)
-            return _check_pin(name, pinned, ValueType.STRING_ARRAY), rows, nbytes
-        if pa.types.is_floating(vtype) or pa.types.is_integer(vtype):
-            frows = [np.asarray(r.values.to_numpy(zero_copy_only=False), dtype=np.float64) for r in col]
-            return _check_pin(name, pinned, ValueType.DOUBLE_ARRAY), frows, sum(r.size * 8 + 4 for r in frows)
-    if pa.types.is_struct(t) or pa.types.is_map(t):
-        out = [_buf.struct_json(name, dict(v) if not isinstance(v, dict) else v) for v in col.to_pylist()]
-        return _check_pin(name, pinned, ValueType.STRUCT), out, sum(map(len, out)) + 3 * len(out)
-    raise TypeError(f"column {name!r} has Arrow type {t}, which has no Nominal type")

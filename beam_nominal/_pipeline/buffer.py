@@ -14,14 +14,21 @@ Nothing here is thread-safe; the stream serialises access with its lock.
 
 from __future__ import annotations
 
-import json
-from array import array as _DoubleRow
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from beam_nominal._pipeline.values import (
+    FIXED_VALUE_BYTES,
+    SCALAR_CONVERTERS,
+    Mismatch,
+    check_texts,
+    double_rows_column,
+    type_name,
+    value_bytes,
+)
 from beam_nominal.errors import SeriesTypeError
 from beam_nominal.model import MAX_NAME_CHARS, SeriesKey, ValueType
 
@@ -30,8 +37,6 @@ __all__ = [
     "Frozen",
     "SeriesBuffer",
     "WideBlock",
-    "convert_scalar",
-    "struct_json",
 ]
 
 _INT64_MIN = -(2**63)
@@ -46,111 +51,15 @@ TS_BYTES = 16
 #: Estimated encoded bytes of one series' header in a request, plus its name.
 SERIES_OVERHEAD = 24
 
-_FIXED_VALUE_BYTES = {ValueType.DOUBLE: 8, ValueType.INT64: 10, ValueType.UINT64: 10}
-
 I64 = npt.NDArray[np.int64]
-
-
-class _Mismatch(Exception):
-    """Internal: a value does not belong to the type being checked."""
-
-
-def check_texts(channel: str, what: str, values: Iterable[str]) -> None:
-    """Raise ValueError for a str that cannot be encoded as UTF-8 (a lone surrogate).
-
-    Checked at enqueue: the same string found by the encoder would fail its whole request, i.e.
-    other series' points too. ASCII strings (the usual case) cost one ``isascii`` each.
-    """
-    if isinstance(values, list) and len(values) > 2 and "".join(values).isascii():
-        return  # one C-level pass for a column of ASCII strings
-    for v in values:
-        if not v.isascii():
-            try:
-                v.encode()
-            except UnicodeEncodeError as exc:
-                raise ValueError(
-                    f"channel {channel!r}: {what} {v!r:.80} is not valid Unicode text ({exc.reason})"
-                ) from None
-
-
-def struct_json(channel: str, mapping: Mapping[str, Any]) -> str:
-    """Serialise a struct value as compact JSON text with sorted keys.
-
-    Sorted keys make equal mappings produce equal bytes, so a retried bundle produces identical
-    requests (and idempotency keys). NaN and infinities are rejected: they are not JSON.
-    """
-    if not isinstance(mapping, Mapping):
-        raise TypeError(f"struct value of channel {channel!r} must be a mapping, got {type(mapping).__name__}")
-    try:
-        text = json.dumps(mapping, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"struct value of channel {channel!r} is not JSON-serialisable: {exc}") from None
-    check_texts(channel, "struct", (text,))
-    return text
-
-
-def _to_double(v: Any) -> float:
-    if type(v) is float:
-        return v
-    if isinstance(v, (float, np.floating)):
-        return float(v)
-    raise _Mismatch
-
-
-def _to_int64(v: Any) -> int:
-    t = type(v)
-    if t is int:
-        if _INT64_MIN <= v <= _INT64_MAX:
-            return v  # type: ignore[no-any-return]
-        raise _Mismatch
-    if t is bool or isinstance(v, (np.bool_, np.signedinteger)):
-        return int(v)
-    raise _Mismatch
-
-
-def _to_uint64(v: Any) -> int:
-    # Non-negative Python ints are accepted into a uint64 series even when they would also fit
-    # int64: otherwise a counter that starts above 2**63 could never take a small value.
-    if (type(v) is int or isinstance(v, np.unsignedinteger)) and 0 <= v <= _UINT64_MAX:
-        return int(v)
-    raise _Mismatch
-
-
-def _to_string(v: Any) -> str:
-    if isinstance(v, str):
-        if not v.isascii():
-            v.encode()  # UnicodeEncodeError for a lone surrogate; callers name the channel
-        return v
-    raise _Mismatch
-
-
-_SCALAR_CONVERTERS: dict[ValueType, Callable[[Any], Any]] = {
-    ValueType.DOUBLE: _to_double,
-    ValueType.INT64: _to_int64,
-    ValueType.UINT64: _to_uint64,
-    ValueType.STRING: _to_string,
-}
-
-
-def convert_scalar(channel: str, value: Any) -> tuple[ValueType, Any]:
-    """The value type of a scalar and its normalised Python value (structs become JSON text)."""
-    try:
-        vt = ValueType.of_scalar(value)
-    except TypeError as exc:
-        raise TypeError(f"channel {channel!r}: {exc}") from None
-    if vt is ValueType.STRUCT:
-        return vt, struct_json(channel, value)
-    if vt is ValueType.STRING:
-        check_texts(channel, "string", (value,))
-    return vt, _SCALAR_CONVERTERS[vt](value)
 
 
 _TYPE_INFO: dict[ValueType, tuple[Callable[[Any], Any] | None, Any, type | None, int]] = {
     vt: (
-        _SCALAR_CONVERTERS.get(vt),
+        SCALAR_CONVERTERS.get(vt),
         vt.numpy_dtype,
         float if vt is ValueType.DOUBLE else None,
-        _FIXED_VALUE_BYTES.get(vt, 0),
+        FIXED_VALUE_BYTES.get(vt, 0),
     )
     for vt in ValueType
 }
@@ -159,24 +68,6 @@ _TYPE_INFO: dict[ValueType, tuple[Callable[[Any], Any] | None, Any, type | None,
 def _tag_bytes(tags: tuple[tuple[str, str], ...]) -> int:
     """Estimated request bytes of a series' tags (part of its per-series overhead)."""
     return sum(len(k) + len(v) + 4 for k, v in tags)
-
-
-def _type_name(value: Any) -> str:
-    try:
-        return ValueType.of_scalar(value).value
-    except TypeError:
-        return type(value).__name__
-
-
-def _tail_value_bytes(vtype: ValueType, values: list[Any]) -> int:
-    """Estimated encoded bytes of a tail's values (timestamps not included)."""
-    if vtype is ValueType.STRING or vtype is ValueType.STRUCT:
-        return sum(map(len, values)) + 3 * len(values)
-    if vtype is ValueType.DOUBLE_ARRAY:
-        return sum(map(len, values)) * 8 + 4 * len(values)
-    if vtype is ValueType.STRING_ARRAY:
-        return sum(sum(map(len, r)) + 2 * len(r) for r in values) + 4 * len(values)
-    return _FIXED_VALUE_BYTES[vtype] * len(values)
 
 
 class SeriesBuffer:
@@ -260,7 +151,7 @@ class SeriesBuffer:
                 nbytes = (TS_BYTES + self.value_bytes) * new
             else:
                 fresh = self.val_tail[self.tail_counted :] if self.tail_counted else self.val_tail
-                nbytes = TS_BYTES * new + _tail_value_bytes(self.vtype, fresh)
+                nbytes = TS_BYTES * new + value_bytes(self.vtype, fresh)
             self.points += new
             self.nbytes += nbytes
             self.tail_counted = n
@@ -384,8 +275,8 @@ class WideBlock:
             s = self.series[i]
             try:
                 s.conv(values[i])  # type: ignore[misc]
-            except _Mismatch:
-                raise s.conflict(f"{_type_name(values[i])} value {values[i]!r}") from None
+            except Mismatch:
+                raise s.conflict(f"{type_name(values[i])} value {values[i]!r}") from None
         nbytes = self.row_bytes
         for i in self.str_cols:
             v = values[i]
@@ -716,78 +607,9 @@ class Buffer:
         return (s for s in self.series.values() if s.points)
 
 
-def float_rows(channel: str, rows: Any) -> tuple[list[npt.NDArray[np.float64]], int]:
-    """Normalise double-array rows: a 2-D array or a sequence of 1-D sequences."""
-    if isinstance(rows, np.ndarray) and rows.ndim == 2:
-        if rows.dtype.kind not in "fiu":
-            raise TypeError(f"channel {channel!r}: double-array rows must be numeric, got dtype {rows.dtype}")
-        arr = np.ascontiguousarray(rows, dtype=np.float64)
-        return list(arr), arr.size * 8 + 4 * len(arr)
-    out = [float_array_row(channel, r) for r in rows]
-    return out, sum(map(len, out)) * 8 + 4 * len(out)
-
-
 def _same_width_matrices(chunks: list[Any]) -> bool:
     """Whether every chunk is a 2-D double-array column of one width (so they concatenate)."""
     widths = {c.shape[1] if isinstance(c, np.ndarray) and c.ndim == 2 else -1 for c in chunks}
     return len(widths) == 1 and -1 not in widths
 
 
-def double_rows_column(rows: list[Any]) -> Any:
-    """A tail of double-array rows as a column: one (rows, width) float64 matrix when every row
-    is an ``array('d')`` of one width (the common case of ``enqueue_float_array`` with lists: one
-    join instead of an ndarray per row, and the encoders take the matrix in one piece), else a
-    list of 1-D float64 arrays, as ``SeriesBatch`` also allows."""
-    if rows and all(type(r) is _DoubleRow for r in rows) and len(set(map(len, rows))) == 1:
-        width = len(rows[0])
-        if width:
-            return np.frombuffer(b"".join(rows), dtype=np.float64).reshape(len(rows), width)
-    return [np.frombuffer(r, dtype=np.float64) if type(r) is _DoubleRow else r for r in rows]
-
-
-def float_row(channel: str, row: Any) -> Any:
-    """One double-array value for a series' tail, copied (the caller may reuse its list).
-
-    A list becomes an ``array('d')``: checked and converted in C, several times cheaper than an
-    ndarray for short rows, and a spilled tail of them becomes one 2-D column
-    (:func:`double_rows_column`). Anything else becomes a fresh 1-D float64 ndarray.
-    """
-    if type(row) is list:  # the common case, without the slower abstract-type checks
-        try:
-            return _DoubleRow("d", row)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}") from None
-    return float_array_row(channel, row)
-
-
-def float_array_row(channel: str, row: Any) -> npt.NDArray[np.float64]:
-    """One double-array value as a fresh 1-D float64 array (the caller may reuse its list)."""
-    if isinstance(row, (str, bytes, Mapping)):
-        raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers, got {row!r:.80}")
-    try:
-        arr = np.array(row, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}") from None
-    if arr.ndim != 1:
-        raise TypeError(f"channel {channel!r}: a double array must be 1-D, got shape {arr.shape}")
-    return arr
-
-
-def string_row(channel: str, row: Any) -> list[str]:
-    """One string-array value as a fresh list of str (the caller may reuse its list)."""
-    if type(row) is list:
-        out = row.copy()
-    elif isinstance(row, np.ndarray):
-        out = row.tolist()
-    elif isinstance(row, (str, bytes, Mapping)) or not isinstance(row, Sequence):
-        raise TypeError(f"channel {channel!r}: a string array must be a sequence of str, got {row!r:.80}")
-    else:
-        out = list(row)
-    try:
-        joined = "".join(out)  # one C-level pass: refuses non-str elements
-    except TypeError:
-        bad = next(v for v in out if not isinstance(v, str))
-        raise TypeError(f"channel {channel!r}: string array element {bad!r:.80} is not a str") from None
-    if not joined.isascii():
-        check_texts(channel, "string array element", out)
-    return out

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from _stream_fakes import RecordingTarget
 
-from beam_nominal._pipeline.buffer import double_rows_column, float_row
+from beam_nominal._pipeline.values import double_rows_column, float_row
 from beam_nominal.model import SeriesKey
 from beam_nominal.stream import NominalStream
 from beam_nominal.targets.avro import AvroFileTarget, read_avro_file

@@ -1,0 +1,375 @@
+"""Value conversion, in one place: every value a stream or an element reader accepts is checked
+and normalised here, to the form ``SeriesBatch`` holds (see ``_wire/batch.py``).
+
+* scalars: :func:`convert_scalar` (type and normalised value of a first value) and the per-type
+  converters in ``SCALAR_CONVERTERS`` (raise :class:`Mismatch` for a value of another type);
+* text: :func:`check_texts` (no lone surrogates: such a string would fail its whole request at
+  encode time), :func:`struct_json` (compact JSON, sorted keys);
+* array values: :func:`float_row`, :func:`float_array_row`, :func:`float_rows`,
+  :func:`double_rows_column`, :func:`string_row`;
+* columns: :func:`column` (numpy arrays and sequences), :func:`arrow_column` (pyarrow arrays),
+  checked against the series' pinned type;
+* sizes: :func:`value_bytes`, the packer's estimate of a column's encoded value bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array as _DoubleRow
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from beam_nominal.errors import SeriesTypeError
+from beam_nominal.model import ValueType
+
+__all__ = [
+    "FIXED_VALUE_BYTES",
+    "SCALAR_CONVERTERS",
+    "Mismatch",
+    "arrow_column",
+    "check_pin",
+    "check_texts",
+    "column",
+    "conflict",
+    "convert_scalar",
+    "describe",
+    "double_rows_column",
+    "float_array_row",
+    "float_row",
+    "float_rows",
+    "string_row",
+    "struct_json",
+    "type_name",
+    "value_bytes",
+]
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+_UINT64_MAX = 2**64 - 1
+
+#: Estimated encoded bytes of one value of the fixed-width types.
+FIXED_VALUE_BYTES = {ValueType.DOUBLE: 8, ValueType.INT64: 10, ValueType.UINT64: 10}
+
+
+class Mismatch(Exception):
+    """Internal: a value does not belong to the type being checked."""
+
+
+def check_texts(channel: str, what: str, values: Iterable[str]) -> None:
+    """Raise ValueError for a str that cannot be encoded as UTF-8 (a lone surrogate).
+
+    Checked at enqueue: the same string found by the encoder would fail its whole request, i.e.
+    other series' points too. ASCII strings (the usual case) cost one ``isascii`` each.
+    """
+    if isinstance(values, list) and len(values) > 2 and "".join(values).isascii():
+        return  # one C-level pass for a column of ASCII strings
+    for v in values:
+        if not v.isascii():
+            try:
+                v.encode()
+            except UnicodeEncodeError as exc:
+                raise ValueError(
+                    f"channel {channel!r}: {what} {v!r:.80} is not valid Unicode text ({exc.reason})"
+                ) from None
+
+
+def struct_json(channel: str, mapping: Mapping[str, Any]) -> str:
+    """Serialise a struct value as compact JSON text with sorted keys.
+
+    Sorted keys make equal mappings produce equal bytes, so a retried bundle produces identical
+    requests (and idempotency keys). NaN and infinities are rejected: they are not JSON.
+    """
+    if not isinstance(mapping, Mapping):
+        raise TypeError(f"struct value of channel {channel!r} must be a mapping, got {type(mapping).__name__}")
+    try:
+        text = json.dumps(mapping, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"struct value of channel {channel!r} is not JSON-serialisable: {exc}") from None
+    check_texts(channel, "struct", (text,))
+    return text
+
+
+def _to_double(v: Any) -> float:
+    if type(v) is float:
+        return v
+    if isinstance(v, (float, np.floating)):
+        return float(v)
+    raise Mismatch
+
+
+def _to_int64(v: Any) -> int:
+    t = type(v)
+    if t is int:
+        if _INT64_MIN <= v <= _INT64_MAX:
+            return v  # type: ignore[no-any-return]
+        raise Mismatch
+    if t is bool or isinstance(v, (np.bool_, np.signedinteger)):
+        return int(v)
+    raise Mismatch
+
+
+def _to_uint64(v: Any) -> int:
+    # Non-negative Python ints are accepted into a uint64 series even when they would also fit
+    # int64: otherwise a counter that starts above 2**63 could never take a small value.
+    if (type(v) is int or isinstance(v, np.unsignedinteger)) and 0 <= v <= _UINT64_MAX:
+        return int(v)
+    raise Mismatch
+
+
+def _to_string(v: Any) -> str:
+    if isinstance(v, str):
+        if not v.isascii():
+            v.encode()  # UnicodeEncodeError for a lone surrogate; callers name the channel
+        return v
+    raise Mismatch
+
+
+SCALAR_CONVERTERS: dict[ValueType, Callable[[Any], Any]] = {
+    ValueType.DOUBLE: _to_double,
+    ValueType.INT64: _to_int64,
+    ValueType.UINT64: _to_uint64,
+    ValueType.STRING: _to_string,
+}
+
+
+def convert_scalar(channel: str, value: Any) -> tuple[ValueType, Any]:
+    """The value type of a scalar and its normalised Python value (structs become JSON text)."""
+    try:
+        vt = ValueType.of_scalar(value)
+    except TypeError as exc:
+        raise TypeError(f"channel {channel!r}: {exc}") from None
+    if vt is ValueType.STRUCT:
+        return vt, struct_json(channel, value)
+    if vt is ValueType.STRING:
+        check_texts(channel, "string", (value,))
+    return vt, SCALAR_CONVERTERS[vt](value)
+
+
+def type_name(value: Any) -> str:
+    try:
+        return ValueType.of_scalar(value).value
+    except TypeError:
+        return type(value).__name__
+
+
+def value_bytes(vtype: ValueType, values: list[Any]) -> int:
+    """Estimated encoded bytes of a tail's values (timestamps not included)."""
+    if vtype is ValueType.STRING or vtype is ValueType.STRUCT:
+        return sum(map(len, values)) + 3 * len(values)
+    if vtype is ValueType.DOUBLE_ARRAY:
+        return sum(map(len, values)) * 8 + 4 * len(values)
+    if vtype is ValueType.STRING_ARRAY:
+        return sum(sum(map(len, r)) + 2 * len(r) for r in values) + 4 * len(values)
+    return FIXED_VALUE_BYTES[vtype] * len(values)
+
+
+def float_rows(channel: str, rows: Any) -> tuple[list[npt.NDArray[np.float64]], int]:
+    """Normalise double-array rows: a 2-D array or a sequence of 1-D sequences."""
+    if isinstance(rows, np.ndarray) and rows.ndim == 2:
+        if rows.dtype.kind not in "fiu":
+            raise TypeError(f"channel {channel!r}: double-array rows must be numeric, got dtype {rows.dtype}")
+        arr = np.ascontiguousarray(rows, dtype=np.float64)
+        return list(arr), arr.size * 8 + 4 * len(arr)
+    out = [float_array_row(channel, r) for r in rows]
+    return out, sum(map(len, out)) * 8 + 4 * len(out)
+
+
+def double_rows_column(rows: list[Any]) -> Any:
+    """A tail of double-array rows as a column: one (rows, width) float64 matrix when every row
+    is an ``array('d')`` of one width (the common case of ``enqueue_float_array`` with lists: one
+    join instead of an ndarray per row, and the encoders take the matrix in one piece), else a
+    list of 1-D float64 arrays, as ``SeriesBatch`` also allows."""
+    if rows and all(type(r) is _DoubleRow for r in rows) and len(set(map(len, rows))) == 1:
+        width = len(rows[0])
+        if width:
+            return np.frombuffer(b"".join(rows), dtype=np.float64).reshape(len(rows), width)
+    return [np.frombuffer(r, dtype=np.float64) if type(r) is _DoubleRow else r for r in rows]
+
+
+def float_row(channel: str, row: Any) -> Any:
+    """One double-array value for a series' tail, copied (the caller may reuse its list).
+
+    A list becomes an ``array('d')``: checked and converted in C, several times cheaper than an
+    ndarray for short rows, and a spilled tail of them becomes one 2-D column
+    (:func:`double_rows_column`). Anything else becomes a fresh 1-D float64 ndarray.
+    """
+    if type(row) is list:  # the common case, without the slower abstract-type checks
+        try:
+            return _DoubleRow("d", row)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}") from None
+    return float_array_row(channel, row)
+
+
+def float_array_row(channel: str, row: Any) -> npt.NDArray[np.float64]:
+    """One double-array value as a fresh 1-D float64 array (the caller may reuse its list)."""
+    if isinstance(row, (str, bytes, Mapping)):
+        raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers, got {row!r:.80}")
+    try:
+        arr = np.array(row, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}") from None
+    if arr.ndim != 1:
+        raise TypeError(f"channel {channel!r}: a double array must be 1-D, got shape {arr.shape}")
+    return arr
+
+
+def string_row(channel: str, row: Any) -> list[str]:
+    """One string-array value as a fresh list of str (the caller may reuse its list)."""
+    if type(row) is list:
+        out = row.copy()
+    elif isinstance(row, np.ndarray):
+        out = row.tolist()
+    elif isinstance(row, (str, bytes, Mapping)) or not isinstance(row, Sequence):
+        raise TypeError(f"channel {channel!r}: a string array must be a sequence of str, got {row!r:.80}")
+    else:
+        out = list(row)
+    try:
+        joined = "".join(out)  # one C-level pass: refuses non-str elements
+    except TypeError:
+        bad = next(v for v in out if not isinstance(v, str))
+        raise TypeError(f"channel {channel!r}: string array element {bad!r:.80} is not a str") from None
+    if not joined.isascii():
+        check_texts(channel, "string array element", out)
+    return out
+
+
+def describe(value: Any) -> str:
+    try:
+        vt = ValueType.of_scalar(value).value
+    except TypeError:
+        vt = type(value).__name__
+    return f"{vt} value {value!r:.80}"
+
+
+_F64 = np.dtype(np.float64)
+_I64 = np.dtype(np.int64)
+_DOUBLE = ValueType.DOUBLE
+
+
+def column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueType, Any, int]:
+    """Normalise a batch of values: (value type, values in SeriesBatch form, value bytes)."""
+    if type(values) is np.ndarray and values.dtype == _F64 and values.ndim == 1:
+        # The common numpy case first, without the general dispatch below.
+        check_pin(channel, pinned, ValueType.DOUBLE)
+        return ValueType.DOUBLE, values.copy(), values.size * 8
+    if isinstance(values, np.ndarray):
+        if values.ndim == 2:
+            rows, nbytes = float_rows(channel, values)
+            return check_pin(channel, pinned, ValueType.DOUBLE_ARRAY), rows, nbytes
+        if values.ndim != 1:
+            raise TypeError(f"channel {channel!r}: values must be 1-D or 2-D, got shape {values.shape}")
+        if values.dtype.kind != "O":
+            try:
+                vt = ValueType.of_dtype(values.dtype)
+            except TypeError as exc:
+                raise TypeError(f"channel {channel!r}: {exc}") from None
+            if vt is ValueType.INT64 and pinned is ValueType.UINT64 and values.dtype.kind in "iu":
+                if values.size and values.min() < 0:
+                    raise conflict(channel, pinned, "negative int64 values")
+                vt = ValueType.UINT64
+            vt = check_pin(channel, pinned, vt)
+            if vt is ValueType.STRING:
+                out = values.astype(str).tolist()
+                check_texts(channel, "string", out)
+                return vt, out, sum(map(len, out)) + 3 * len(out)
+            arr = np.array(values, dtype=vt.numpy_dtype, copy=True)
+            return vt, arr, arr.size * (8 if vt is ValueType.DOUBLE else 10)
+        values = values.tolist()
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, (Sequence, np.ndarray)):
+        if not hasattr(values, "__len__") or isinstance(values, (str, bytes, Mapping)):
+            raise TypeError(
+                f"channel {channel!r}: values must be a sequence or numpy array, got {type(values).__name__}"
+            )
+        values = list(values)
+    if not len(values):
+        return pinned or ValueType.DOUBLE, np.empty(0), 0
+    first = values[0]
+    if isinstance(first, Mapping):
+        vt = check_pin(channel, pinned, ValueType.STRUCT)
+        out = [struct_json(channel, v) for v in values]
+        return vt, out, sum(map(len, out)) + 3 * len(out)
+    if isinstance(first, np.ndarray) or (isinstance(first, Sequence) and not isinstance(first, (str, bytes))):
+        inner = first[0] if len(first) else None
+        if isinstance(inner, str):
+            vt = check_pin(channel, pinned, ValueType.STRING_ARRAY)
+            srows: list[list[str]] = []
+            nbytes = 0
+            for r in values:
+                row = string_row(channel, r)
+                srows.append(row)
+                nbytes += sum(map(len, row)) + 2 * len(row) + 4
+            return vt, srows, nbytes
+        vt = check_pin(channel, pinned, ValueType.DOUBLE_ARRAY)
+        frows, nbytes = float_rows(channel, values)
+        return vt, frows, nbytes
+    try:
+        vt = ValueType.of_scalar(first)
+    except TypeError as exc:
+        raise TypeError(f"channel {channel!r}: values[0]: {exc}") from None
+    if vt is ValueType.INT64 and pinned is ValueType.UINT64:
+        vt = ValueType.UINT64
+    elif vt is ValueType.INT64 and pinned is None and type(first) is int:
+        # A Python int column is int64 unless some value needs uint64.
+        try:
+            np.array(values, dtype=np.int64)
+        except OverflowError:
+            vt = ValueType.UINT64
+    vt = check_pin(channel, pinned, vt)
+    conv = SCALAR_CONVERTERS[vt]
+    try:
+        out = [conv(v) for v in values]
+    except UnicodeEncodeError:
+        check_texts(channel, "string", values)
+        raise
+    except Mismatch:
+        for i, v in enumerate(values):
+            try:
+                conv(v)
+            except Mismatch:
+                raise SeriesTypeError(
+                    f"channel {channel!r}: values[{i}] is a {describe(v)} in a {vt.value} column"
+                ) from None
+        raise  # pragma: no cover
+    if vt is ValueType.STRING:
+        return vt, out, sum(map(len, out)) + 3 * len(out)
+    arr = np.array(out, dtype=vt.numpy_dtype)
+    return vt, arr, arr.size * (8 if vt is ValueType.DOUBLE else 10)
+
+
+def conflict(channel: str, pinned: ValueType, got: str) -> SeriesTypeError:
+    return SeriesTypeError(f"series {channel!r} is pinned to {pinned.value} by its first value; got {got}")
+
+
+def check_pin(channel: str, pinned: ValueType | None, vt: ValueType) -> ValueType:
+    if pinned is not None and pinned is not vt:
+        raise conflict(channel, pinned, vt.value)
+    return vt
+
+
+def arrow_column(name: str, col: Any, pinned: ValueType | None) -> tuple[ValueType, Any, int]:
+    import pyarrow as pa
+
+    t = col.type
+    if pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t):
+        arr = col.to_numpy(zero_copy_only=False)
+        return column(name, arr, pinned)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        out = col.to_pylist()
+        return check_pin(name, pinned, ValueType.STRING), out, sum(map(len, out)) + 3 * len(out)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        vtype = t.value_type
+        if pa.types.is_string(vtype) or pa.types.is_large_string(vtype):
+            rows = col.to_pylist()
+            nbytes = sum(sum(map(len, r)) + 2 * len(r) + 4 for r in rows)
+            return check_pin(name, pinned, ValueType.STRING_ARRAY), rows, nbytes
+        if pa.types.is_floating(vtype) or pa.types.is_integer(vtype):
+            frows = [np.asarray(r.values.to_numpy(zero_copy_only=False), dtype=np.float64) for r in col]
+            return check_pin(name, pinned, ValueType.DOUBLE_ARRAY), frows, sum(r.size * 8 + 4 for r in frows)
+    if pa.types.is_struct(t) or pa.types.is_map(t):
+        out = [struct_json(name, dict(v) if not isinstance(v, dict) else v) for v in col.to_pylist()]
+        return check_pin(name, pinned, ValueType.STRUCT), out, sum(map(len, out)) + 3 * len(out)
+    raise TypeError(f"column {name!r} has Arrow type {t}, which has no Nominal type")
