@@ -38,7 +38,8 @@ import numpy as np
 from beam_nominal._pipeline import values as _values
 from beam_nominal._pipeline.buffer import TS_BYTES, Buffer, SeriesBuffer
 from beam_nominal._pipeline.packer import cut_requests
-from beam_nominal._pipeline.uploader import Outcome, Uploader
+from beam_nominal._pipeline.staging import Chunk
+from beam_nominal._pipeline.uploader import Outcome, Uploader, WorkerPool
 from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
 from beam_nominal.model import SeriesKey, ValueType, timestamp_ns, timestamps_ns
 from beam_nominal.settings import BatchSettings, RetrySettings, UploadSettings
@@ -121,6 +122,7 @@ class _Core:
         retry: RetrySettings,
         source_name: str | None,
         clock: Callable[[], float],
+        workers: WorkerPool | None = None,
     ) -> None:
         if upload.max_buffered_bytes < 2 * batch.max_request_bytes:
             raise ValueError(
@@ -170,7 +172,7 @@ class _Core:
         self.failed_points = 0
         self.raised_failed = 0
         self.final_report: DeliveryReport | None = None
-        self.uploader = Uploader(target, upload, retry, self.on_done, clock=clock)
+        self.uploader = Uploader(target, upload, retry, self.on_done, clock=clock, pool=workers)
         self.linger_stop = threading.Event()
         self.signal_restore: Any = None
         #: Requests cut under the lock, to be handed to the uploader after releasing it.
@@ -500,6 +502,9 @@ class NominalStream:
             deployment serves) or ``"columnar"``; ``fallback_to_row=True`` lets a columnar
             target switch to row when the server does not serve columnar.
         clock: monotonic clock in seconds (injectable for tests of linger and timeouts).
+        workers: upload threads shared with other streams (``_pipeline.uploader.WorkerPool``), so
+            that a short-lived stream (``WriteToNominal`` opens one per bundle) starts none; the
+            stream leaves them running. By default the stream starts its own.
 
     Lifecycle: see :class:`StreamState`. Leaving a ``with`` block, even on an exception, closes the
     stream, which drains everything enqueued (bounded by ``close_timeout``); on an exception the
@@ -525,6 +530,7 @@ class NominalStream:
         format: str | None = None,
         fallback_to_row: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        workers: WorkerPool | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(dataset_rid, str) or not dataset_rid:
@@ -555,7 +561,7 @@ class NominalStream:
                     # We own the wrapper (and the fallback file), not the primary passed in.
                     made = _CloseOnlyFallback(made)
                 owns = True
-            self._core = core = _Core(made, owns, dataset_rid, batch, upload, retry, source_name, clock)
+            self._core = core = _Core(made, owns, dataset_rid, batch, upload, retry, source_name, clock, workers)
         except BaseException:
             if owns:
                 made.close()
@@ -821,6 +827,33 @@ class NominalStream:
             if c.first_buffered_at is None:
                 c.first_buffered_at = c.clock()
             buf.add_chunk(s, ts, vals, nbytes)
+            if buf.nbytes + c.in_flight_bytes < c.budget and buf.nbytes < c.max_bytes and buf.points < c.max_points:
+                return
+            reqs = c.settled()
+        c.submit(reqs)
+
+    def enqueue_chunks(self, chunks: Sequence[Chunk]) -> None:
+        """Write columns already checked and converted by a ``PointBatch`` (its ``take()``), in
+        one call: how ``WriteToNominal`` hands a batch of elements over.
+
+        Raises:
+            SeriesTypeError: a chunk's type conflicts with its series here; nothing of the call
+                is buffered.
+        """
+        if not chunks:
+            return
+        c = self._core
+        buf = c.buffer
+        with c.lock:
+            if not c.accepting:
+                c.check_open()
+            series = [buf.pin_key(ch.key, ch.vtype) for ch in chunks]
+            if c.full or buf.nbytes + c.in_flight_bytes >= c.budget:
+                c.wait_room()
+            if c.first_buffered_at is None:
+                c.first_buffered_at = c.clock()
+            for s, ch in zip(series, chunks, strict=True):
+                buf.add_chunk(s, ch.timestamps, ch.values, ch.nbytes)
             if buf.nbytes + c.in_flight_bytes < c.budget and buf.nbytes < c.max_bytes and buf.points < c.max_points:
                 return
             reqs = c.settled()

@@ -400,6 +400,21 @@ class Buffer:
             raise s.conflict(vtype.value)
         return s
 
+    def pin_key(self, key: SeriesKey, vtype: ValueType) -> SeriesBuffer:
+        """The series of a key whose names are already checked (a PointBatch's), created with
+        ``vtype`` if new; SeriesTypeError if it exists with another type."""
+        s = self.series.get(key)
+        if s is None:
+            s = SeriesBuffer(key, vtype)
+            self.series[key] = s
+            if not key.tags:
+                self.untagged[key.channel] = s
+            else:
+                self.tagged[(key.channel, key.tags)] = s
+        if s.vtype is not vtype:
+            raise s.conflict(vtype.value)
+        return s
+
     def check_type(self, channel: str, tags: Mapping[str, str] | None, vtype: ValueType) -> None:
         """Raise SeriesTypeError if (channel, tags) exists with another type; creates nothing."""
         s = self.lookup(channel, tags)

@@ -21,7 +21,7 @@ from beam_nominal.errors import TargetError
 from beam_nominal.settings import RetrySettings, UploadSettings
 from beam_nominal.targets.base import Request, Target
 
-__all__ = ["Outcome", "Uploader"]
+__all__ = ["Outcome", "Uploader", "WorkerPool"]
 
 _log = logging.getLogger("beam_nominal.uploader")
 
@@ -45,11 +45,61 @@ class Outcome:
     nbytes: int
 
 
+class WorkerPool:
+    """Daemon threads running jobs in FIFO order: up to ``size``, started as needed.
+
+    A stream makes its own; many short-lived streams (one per Beam bundle) share one, so a
+    stream costs no thread start-up. Jobs never raise (the uploader catches everything).
+    """
+
+    def __init__(self, size: int, name: str = "beam-nominal-upload") -> None:
+        self._size = size
+        self._name = name
+        self._cond = threading.Condition()
+        self._queue: collections.deque[Callable[[], None]] = collections.deque()
+        self._threads = 0
+        self._idle = 0
+        self._closed = False
+
+    def run(self, job: Callable[[], None]) -> None:
+        """Queue a job; never blocks."""
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("worker pool is closed")
+            self._queue.append(job)
+            if self._idle == 0 and self._threads < self._size:
+                t = threading.Thread(target=self._work, name=f"{self._name}-{self._threads}", daemon=True)
+                self._threads += 1
+                t.start()
+            else:
+                self._cond.notify()
+
+    def close(self) -> None:
+        """Let the threads exit once the queue is empty (daemons: nothing waits on them)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._idle += 1
+                    self._cond.wait()
+                    self._idle -= 1
+                if not self._queue:
+                    self._threads -= 1
+                    return
+                job = self._queue.popleft()
+            job()
+
+
 class Uploader:
-    """A pool of ``max_in_flight`` worker threads draining a FIFO of requests.
+    """Delivers one stream's requests on a :class:`WorkerPool` (its own of ``max_in_flight``
+    threads, or a shared one).
 
     ``on_done(request, outcome)`` is called exactly once per submitted request, from a worker
-    thread, or from :meth:`abandon` for requests never started.
+    thread (or from :meth:`submit` once stopped).
     """
 
     def __init__(
@@ -62,6 +112,7 @@ class Uploader:
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
         sleep: Callable[[float], bool] | None = None,
+        pool: WorkerPool | None = None,
     ) -> None:
         self._target = target
         # A FallbackTarget (targets/compose.py) takes requests the primary finally refused.
@@ -74,61 +125,38 @@ class Uploader:
         self._stopped = threading.Event()
         #: Waits ``delay`` seconds; True if the uploader was stopped meanwhile.
         self._sleep = sleep if sleep is not None else self._stopped.wait
-        self._cond = threading.Condition()
-        self._queue: collections.deque[Request] = collections.deque()
-        self._threads: list[threading.Thread] = []
-        self._idle = 0
+        self._owns_pool = pool is None
+        self._pool = pool if pool is not None else WorkerPool(upload.max_in_flight)
 
     def submit(self, request: Request) -> None:
         """Queue a request; never blocks (the stream bounds what it submits)."""
-        with self._cond:
-            if self._stopped.is_set():
-                abandoned = True
-            else:
-                abandoned = False
-                self._queue.append(request)
-                if self._idle == 0 and len(self._threads) < self._upload.max_in_flight:
-                    t = threading.Thread(
-                        target=self._work, name=f"beam-nominal-upload-{len(self._threads)}", daemon=True
-                    )
-                    self._threads.append(t)
-                    t.start()
-                else:
-                    self._cond.notify()
-        if abandoned:
+        if self._stopped.is_set():
             self._on_done(request, Outcome(False, False, "stream stopped before the request was sent", 0, 0))
+            return
+        self._pool.run(lambda: self._job(request))
 
     def abandon(self) -> None:
-        """Stop: no new attempts or backoff waits; queued requests end as failed."""
+        """Stop: no new attempts or backoff waits; requests not started end as failed."""
         self._stopped.set()
-        with self._cond:
-            pending = list(self._queue)
-            self._queue.clear()
-            self._cond.notify_all()
-        for request in pending:
-            self._on_done(request, Outcome(False, False, "stream closed before the request was sent", 0, 0))
+        self._close_pool()
 
     def shutdown(self) -> None:
-        """Let workers exit once the queue is empty (they are daemons, so nothing waits on them)."""
-        self._stopped.set()
-        with self._cond:
-            self._cond.notify_all()
+        """No more requests will come (the queued ones still go)."""
+        self._close_pool()
 
-    def _work(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._stopped.is_set():
-                    self._idle += 1
-                    self._cond.wait()
-                    self._idle -= 1
-                if not self._queue:
-                    return
-                request = self._queue.popleft()
+    def _close_pool(self) -> None:
+        if self._owns_pool:
+            self._pool.close()
+
+    def _job(self, request: Request) -> None:
+        if self._stopped.is_set():
+            outcome = Outcome(False, False, "stream closed before the request was sent", 0, 0)
+        else:
             try:
                 outcome = self._deliver(request)
             except BaseException as exc:  # never lose the outcome, even on a bug
                 outcome = Outcome(False, False, f"internal error: {exc!r}", 0, 0)
-            self._on_done(request, outcome)
+        self._on_done(request, outcome)
 
     def _deliver(self, request: Request) -> Outcome:
         retry, start = self._retry, self._clock()

@@ -5,15 +5,24 @@ Life cycle (Beam reuses one instance for many bundles, one instance per concurre
 
 * ``__init__``: stores configuration only; the instance is pickled to workers.
 * ``setup``: resolves the token and opens the target, shared by every instance of the process
-  that has the same target and token (one gRPC channel per process).
-* ``start_bundle``: a fresh NominalStream without timer (``linger=None``), so request cut points
-  depend only on the bundle's data and a retried bundle re-sends byte-identical requests, which
-  carry the same idempotency keys.
-* ``process``: adapt and enqueue; the stream cuts requests on its budget, so memory stays bounded
-  whatever the bundle size. Bad elements go to the ``failed`` output at once.
-* ``finish_bundle``: returns only once every point of the bundle is acknowledged; otherwise raises
-  so the runner retries the bundle.
-* ``teardown``: releases the target (best effort; never holds data).
+  that has the same target and token (one gRPC channel or HTTP pool per process), and the upload
+  threads (a ``WorkerPool`` per instance): what costs, once per instance.
+* ``start_bundle``: a fresh NominalStream over them without timer (``linger=None``), with its own
+  buffer, request sequence and delivery report, so request cut points depend only on the
+  bundle's data and a retried bundle re-sends byte-identical requests, which carry the same
+  idempotency keys. Cheap: no thread, no connection.
+* ``process``: an ordinary method. The element's reader appends it to the bundle's
+  ``PointBatch``, which checks it whole; a bad element is returned at once, as this call's only
+  output, so Beam gives the ``FailedElement`` the element's own timestamp and windows (and
+  runners that drop what ``finish_bundle`` outputs, such as Dask's, still see it). Every
+  ``HANDOVER_POINTS`` points the batch goes to the stream in one call; the stream cuts requests
+  on its budget, so memory stays bounded whatever the bundle size.
+* ``finish_bundle``: hands the rest over and returns only once every point of the bundle is
+  acknowledged; otherwise raises so the runner retries the bundle. It outputs nothing.
+* ``teardown``: releases the target and the threads (best effort; never holds data).
+
+The DoFn's only output is ``failed``, as its main output: DaskRunner hands each consumer of a
+tagged output every output of the ParDo.
 """
 
 from __future__ import annotations
@@ -28,27 +37,26 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.pvalue import TaggedOutput
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_nominal.beam._elements import PENDING_POINTS, ElementWriter, FailedElement, SeriesChunk
+from beam_nominal._pipeline.staging import Chunk, ElementError, PointBatch
+from beam_nominal._pipeline.uploader import WorkerPool
+from beam_nominal.beam._elements import ELEMENT_ERRORS, FailedElement, Reader, failed, reader_for
 from beam_nominal.beam._metrics import MeasuredTarget, SinkMetrics
 
 _LOG = logging.getLogger(__name__)
 
-FAILED_TAG = "failed"
-
 __all__ = [
-    "FAILED_TAG",
-    "BatchingWriteDoFn",
+    "HANDOVER_POINTS",
     "SinkConfig",
     "ToChunksDoFn",
     "WriteChunksDoFn",
     "WriteDoFn",
+    "chunk_key",
     "resolve_token",
 ]
+
+#: Points a bundle's batch collects before it goes to the stream in one call.
+HANDOVER_POINTS = 32768
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,22 +162,20 @@ class _SharedTargets:
 SHARED_TARGETS = _SharedTargets()
 
 
-def _describe(element: Any) -> str:
-    text = repr(element)
-    return text if len(text) <= 200 else text[:197] + "..."
+class WriteDoFn(beam.DoFn):
+    """Writes elements of any supported shape; outputs the ones it cannot write (``FailedElement``)."""
 
-
-class _StreamDoFn(beam.DoFn):
     def __init__(self, config: SinkConfig) -> None:
         super().__init__()
         self._config = config
         self._target: Any = None
         self._target_key: Any = None
         self._measured: MeasuredTarget = MeasuredTarget(None)
-        self._stream: Any = None
-        self._writer: ElementWriter | None = None
-        self._write: Any = None
+        self._workers: WorkerPool | None = None
         self._metrics: SinkMetrics | None = None
+        self._stream: Any = None
+        self._batch = PointBatch(config.tags)
+        self._readers: dict[type, Reader] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Config only: a half-used instance must never ship a live stream or channel.
@@ -190,6 +196,8 @@ class _StreamDoFn(beam.DoFn):
         self._target, self._target_key = SHARED_TARGETS.acquire(self._config)
         self._measured = MeasuredTarget(self._target)
         self._metrics = SinkMetrics()
+        in_flight = self._config.settings.get("max_in_flight", 3)
+        self._workers = WorkerPool(in_flight if isinstance(in_flight, int) else 3)
 
     def start_bundle(self) -> None:
         from beam_nominal.stream import NominalStream
@@ -198,30 +206,46 @@ class _StreamDoFn(beam.DoFn):
         # Request boundaries must depend only on the data (see the module docstring).
         settings["linger"] = None
         self._measured.take_samples()
+        self._batch.clear()
         self._stream = NominalStream(
             self._measured,
             dataset_rid=self._config.dataset_rid,
             source_name=self._config.source_name,
+            workers=self._workers,
             **settings,
         )
-        self._writer = ElementWriter(self._stream, timestamp_field=self._config.timestamp_field, tags=self._config.tags)
-        self._write = self._writer.write
 
-    def _fail(self, element: Any, exc: Exception) -> list[TaggedOutput[str, Any]]:
+    def process(self, element: Any) -> Iterable[FailedElement]:
+        try:
+            read = self._readers[type(element)]
+        except KeyError:
+            try:
+                read = reader_for(element, self._batch, self._config.timestamp_field)
+            except ElementError as exc:
+                return self._fail(element, exc)
+            self._readers[type(element)] = read
+        try:
+            read(element)
+        except ELEMENT_ERRORS as exc:
+            return self._fail(element, exc)
+        batch = self._batch
+        if batch.counted >= HANDOVER_POINTS or len(batch.flat) >= 3 * HANDOVER_POINTS:
+            self._stream.enqueue_chunks(batch.take())
+        return ()
+
+    def _fail(self, element: Any, exc: Exception) -> list[FailedElement]:
         assert self._metrics is not None
         self._metrics.failed_elements.inc()
-        reason = f"element {_describe(element)}: {exc}"
-        return [TaggedOutput(FAILED_TAG, FailedElement(element, type(exc).__name__, reason))]
+        return [failed(element, exc)]
 
     def finish_bundle(self) -> None:
         from beam_nominal.errors import DeliveryError
 
-        stream, writer = self._stream, self._writer
-        self._stream = self._writer = None
-        if stream is None or writer is None:
+        stream, self._stream = self._stream, None
+        if stream is None:
             return
         try:
-            writer.drain()
+            stream.enqueue_chunks(self._batch.take())
             report = stream.flush()
         except DeliveryError as exc:
             _abandon(stream)
@@ -242,6 +266,9 @@ class _StreamDoFn(beam.DoFn):
         if self._stream is not None:
             _abandon(self._stream)
             self._stream = None
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
         if self._target is not None:
             target, key = self._target, self._target_key
             self._target = self._target_key = None
@@ -260,200 +287,59 @@ def _abandon(stream: Any) -> None:
         _LOG.debug("WriteToNominal: closing a failed bundle's stream raised", exc_info=True)
 
 
-class WriteDoFn(_StreamDoFn):
-    """Writes elements of any supported shape; bad ones go to the ``failed`` output."""
-
-    def process(self, element: Any) -> Iterable[TaggedOutput[str, Any]]:
-        # Globally windowed input (every batch pipeline unless it windows) goes to
-        # BatchingWriteDoFn, so this path need not shave single Python calls off each point.
-        try:
-            self._write(element)
-        except (TypeError, ValueError, KeyError) as exc:
-            return self._fail(element, exc)
-        return ()
-
-
-class _Raise:
-    """An output that raises ``exc`` when Beam iterates it: how the points generator fails a
-    bundle without the exception ending the generator (see :class:`BatchingWriteDoFn`)."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-    def __iter__(self) -> Any:
-        raise self.exc
-
-
-def _outputs(first: Any, second: Any) -> Any:
-    """Outputs of two writes as one: a list, or the :class:`_Raise` of the first that failed."""
-    if type(first) is _Raise:
-        return first
-    if type(second) is _Raise or not first:
-        return second
-    return [*first, *second]
-
-
-#: Sent into the points generator: write what it holds (end of bundle) or drop it (start).
-_END_OF_BUNDLE = object()
-_START_OF_BUNDLE = object()
-
-
-class BatchingWriteDoFn(_StreamDoFn):
-    """WriteDoFn for a globally windowed input: single points are checked and converted in batches.
-
-    ``process`` is the ``send`` method of a generator (:meth:`_points`), set on the instance the
-    way Beam's own ``CallableWrapperDoFn`` (every ``Map`` and ``FlatMap``) sets a builtin as
-    ``process``, with :meth:`_inspect_process` giving its argument. Resuming a suspended
-    generator costs less than entering a new frame: with the countdown below, the sink spends
-    2,696 instructions per point where it spent 3,325 with a ``process`` function
-    (``benchmarks/callgrind_points.py``). The generator never dies: whatever its writes raise is
-    returned as an output that raises it when Beam iterates it (:class:`_Raise`), so the bundle
-    fails and the next bundle finds ``process`` working.
-
-    A ``(channel, int ns, value)`` tuple costs one ``list.extend`` there: its three fields go to
-    one flat list (ints, floats and strs are not tracked by the garbage collector; thousands of
-    kept tuples would be, at a collection every 700). Every ``PENDING_POINTS`` points (and before
-    any other element, and in ``finish_bundle``) go to :meth:`ElementWriter.write_points`
-    together. Batch boundaries are element counts, so the stream's calls and cut points still
-    depend only on the bundle's data. A bad point is reported when its batch is written, possibly
-    thousands of elements later; it is emitted as a ``WindowedValue`` in the global window with
-    ``MIN_TIMESTAMP`` (its own timestamp is not known without a per-element timestamp parameter,
-    which would slow every element down). Inputs in other windows use :class:`WriteDoFn`, which
-    reports every element from its own ``process``.
-    """
-
-    def __init__(self, config: SinkConfig) -> None:
-        super().__init__(config)
-        #: The points collected and not yet written (the generator's list, for tests).
-        self._flat: list[Any] = []
-        points = self._points()
-        next(points)
-        self._send = points.send
-        self.process = points.send  # type: ignore[method-assign]
-
-    def _inspect_process(self) -> tuple[list[str], list[Any]]:
-        # Beam's DoFnSignature asks this for process's arguments (a builtin has no signature).
-        return ["element"], []
-
-    def _points(self) -> Any:
-        # Builtins as locals: a local load is cheaper than a global one, once per point.
-        repeat, type_, tuple_, int_ = itertools.repeat, type, tuple, int
-        # What writing a full batch gave: its points went in with earlier elements, so it is
-        # returned with the next element (or at the end of the bundle).
-        carry: Any = ()
-        element = yield ()
-        while True:
-            flat: list[Any] = []
-            self._flat = flat
-            # The loop counts the batch's points down: iterating allocates nothing, where len()
-            # of the list would make a new int object per point.
-            for _ in repeat(None, PENDING_POINTS):
-                if type_(element) is tuple_:
-                    # Unpacking inside try is cheaper than a len() call, and try costs nothing
-                    # when no exception is raised.
-                    try:
-                        _, ts, _ = element
-                    except ValueError:
-                        pass
-                    else:
-                        if type_(ts) is int_:
-                            flat.extend(element)
-                            element = yield carry
-                            carry = ()
-                            continue
-                # Anything else: the points collected so far go first, so each series keeps the
-                # order of its elements.
-                if element is _START_OF_BUNDLE:
-                    out: Any = ()  # what a failed bundle left is not this bundle's
-                else:
-                    out = _outputs(carry, self._write_flat(flat) if flat else [])
-                    if element is not _END_OF_BUNDLE and type(out) is list:
-                        out += self._write_element(element)
-                carry = ()
-                element = yield out
-                break
-            else:
-                carry = _outputs(carry, self._write_flat(flat))
-
-    def _write_flat(self, flat: list[Any]) -> Any:
-        try:
-            assert self._writer is not None and self._metrics is not None
-            out: list[TaggedOutput[str, Any]] = []
-            for element, exc in self._writer.write_points(flat[0::3], flat[1::3], flat[2::3]):
-                self._metrics.failed_elements.inc()
-                reason = f"element {_describe(element)}: {exc}"
-                failed = FailedElement(element, type(exc).__name__, reason)
-                out.append(TaggedOutput(FAILED_TAG, WindowedValue(failed, MIN_TIMESTAMP, (GlobalWindow(),))))
-            return out
-        except BaseException as exc:  # raised when Beam takes the output (see _Raise)
-            return _Raise(exc)
-
-    def _write_element(self, element: Any) -> Any:
-        try:
-            self._write(element)
-        except (TypeError, ValueError, KeyError) as exc:
-            return self._fail(element, exc)
-        except BaseException as exc:
-            return _Raise(exc)
-        return []
-
-    def start_bundle(self) -> None:
-        super().start_bundle()
-        self._send(_START_OF_BUNDLE)
-
-    def finish_bundle(self) -> Iterable[TaggedOutput[str, Any]] | None:  # type: ignore[override]
-        failed = self._send(_END_OF_BUNDLE) if self._writer is not None else []
-        if type(failed) is _Raise:
-            failed = list(failed)  # raises
-        super().finish_bundle()
-        return failed
-
-
-class WriteChunksDoFn(_StreamDoFn):
-    """Writes batches of series chunks made by cross-bundle batching: ``(sharded_key, [chunk])``."""
-
-    def process(self, element: tuple[Any, Iterable[SeriesChunk]]) -> Iterable[TaggedOutput[str, Any]]:
-        writer = self._writer
-        assert writer is not None
-        failed: list[TaggedOutput[str, Any]] = []
-        for chunk in element[1]:
-            try:
-                writer.series(chunk.channel, chunk.timestamps, chunk.values, dict(chunk.tags) or None)
-            except (TypeError, ValueError, KeyError) as exc:
-                failed.extend(self._fail(chunk, exc))
-        return failed
+def chunk_key(chunk: Chunk) -> str:
+    """A deterministic string key for a chunk's series (GroupIntoBatches needs a deterministic coder)."""
+    return chunk.key.describe()
 
 
 class ToChunksDoFn(beam.DoFn):
-    """Reads elements into per-series chunks for cross-bundle batching; checks shapes and timestamps."""
+    """Reads elements into per-series chunks for cross-bundle batching: ``(series, chunk)``
+    pairs, or the ``FailedElement`` of an element it cannot read (tagged ``failed``)."""
 
     def __init__(self, config: SinkConfig) -> None:
         super().__init__()
         self._config = config
-        self._writer: ElementWriter | None = None
+        self._batch = PointBatch(config.tags)
+        self._readers: dict[type, Reader] = {}
         self._failed_counter: Any = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_config": self._config}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["_config"])  # type: ignore[misc]
+
     def setup(self) -> None:
-        self._writer = ElementWriter(
-            _NullStream(), timestamp_field=self._config.timestamp_field, tags=self._config.tags
-        )
         self._failed_counter = SinkMetrics().failed_elements
 
     def process(self, element: Any) -> Iterable[Any]:
-        assert self._writer is not None
+        batch = self._batch
+        # One element per batch: a chunk must not carry a type pinned by another element.
+        batch.clear()
         try:
-            chunks = self._writer.chunks(element)
-        except (TypeError, ValueError, KeyError) as exc:
+            read = self._readers.get(type(element)) or reader_for(element, batch, self._config.timestamp_field)
+            self._readers[type(element)] = read
+            read(element)
+        except ELEMENT_ERRORS as exc:
             self._failed_counter.inc()
-            reason = f"element {_describe(element)}: {exc}"
-            return [TaggedOutput(FAILED_TAG, FailedElement(element, type(exc).__name__, reason))]
-        return [(f"{c.channel}\x00{c.tags!r}", c) for c in chunks]
+            return [beam.pvalue.TaggedOutput(FAILED_TAG, failed(element, exc))]
+        return [(chunk_key(c), c) for c in batch.take()]
 
 
-class _NullStream:
-    """Placeholder; :meth:`ElementWriter.chunks` swaps in a collector for each element."""
+#: The tag of ToChunksDoFn's failed output (it has two: chunks and failed).
+FAILED_TAG = "failed"
 
-    def __getattr__(self, name: str) -> Any:
-        raise RuntimeError("ElementWriter.chunks must be used with a _NullStream")
+
+class WriteChunksDoFn(WriteDoFn):
+    """Writes batches of series chunks made by cross-bundle batching: ``(sharded_key, [chunk])``."""
+
+    def process(self, element: tuple[Any, Iterable[Chunk]]) -> Iterable[FailedElement]:
+        out: list[FailedElement] = []
+        for chunk in element[1]:
+            try:
+                self._batch.add_chunk(chunk)
+            except ELEMENT_ERRORS as exc:
+                out.extend(self._fail(chunk, exc))
+        if self._batch.counted >= HANDOVER_POINTS:
+            self._stream.enqueue_chunks(self._batch.take())
+        return out

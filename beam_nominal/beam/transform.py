@@ -24,16 +24,8 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 from apache_beam.pvalue import PCollection
 from apache_beam.transforms.util import GroupIntoBatches
-from apache_beam.transforms.window import GlobalWindows
 
-from beam_nominal.beam._dofn import (
-    FAILED_TAG,
-    BatchingWriteDoFn,
-    SinkConfig,
-    ToChunksDoFn,
-    WriteChunksDoFn,
-    WriteDoFn,
-)
+from beam_nominal.beam._dofn import FAILED_TAG, SinkConfig, ToChunksDoFn, WriteChunksDoFn, WriteDoFn
 from beam_nominal.targets._factory import http_options
 
 __all__ = ["DEFAULT_LOCAL_DATASET", "WriteToNominal", "WriteToNominalResult", "embedded_server"]
@@ -256,12 +248,8 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
     def expand(self, pcoll: PCollection[Any]) -> WriteToNominalResult:
         config = self._config(pcoll.pipeline)
         if not self._cross_bundle:
-            # Batching points defers their failures past their own process call, which is only
-            # right when every element is in the one global window (see BatchingWriteDoFn).
-            global_window = isinstance(pcoll.windowing.windowfn, GlobalWindows)
-            dofn = BatchingWriteDoFn(config) if global_window else WriteDoFn(config)
-            outputs = pcoll | "Write" >> beam.ParDo(dofn).with_outputs(FAILED_TAG, main="written")
-            return WriteToNominalResult(failed=outputs[FAILED_TAG])
+            # The write DoFn's only output is the failed elements (see _dofn.py).
+            return WriteToNominalResult(failed=pcoll | "Write" >> beam.ParDo(WriteDoFn(config)))
         chunks = pcoll | "ToChunks" >> beam.ParDo(ToChunksDoFn(config)).with_outputs(FAILED_TAG, main="chunks")
         batched = (
             chunks["chunks"]
@@ -269,6 +257,6 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             | "Batch"
             >> GroupIntoBatches.WithShardedKey(self._batch_size, max_buffering_duration_secs=self._max_buffering)
         )
-        written = batched | "Write" >> beam.ParDo(WriteChunksDoFn(config)).with_outputs(FAILED_TAG, main="written")
-        failed = (chunks[FAILED_TAG], written[FAILED_TAG]) | "Failed" >> beam.Flatten()
+        written = batched | "Write" >> beam.ParDo(WriteChunksDoFn(config))
+        failed = (chunks[FAILED_TAG], written) | "Failed" >> beam.Flatten()
         return WriteToNominalResult(failed=failed)

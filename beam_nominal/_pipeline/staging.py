@@ -1,0 +1,578 @@
+"""The one staging layer between element readers and a stream: a columnar batch of points.
+
+Element readers (``beam/_elements.py``, one small function per element shape) append to a
+:class:`PointBatch`. Every append checks its whole element first and then either appends all of
+its points or raises and appends nothing: a bad value costs only its own element, never a
+neighbour, and (under Beam) is found in that element's own ``process`` call, so the failure
+keeps the element's timestamp and window without asking Beam for them per element.
+
+What the batch holds, by how points arrive:
+
+* single points: one flat list of ``(series code, int ns, value)`` triples. Ints, floats and
+  strs are not tracked by the garbage collector; thousands of kept tuples would be, at a
+  collection every 700. A point of a known series whose value is of the series' unchecked type
+  (a float in a double series) costs a dict lookup and one ``list.extend``.
+* wide records ``(ts, {channel: value})``: one row (the record's values as a list) per record,
+  in a block per channel set, value types and tags, checked by comparing two tuples built in C.
+* columns (series elements, Arrow tables, and the two above once settled): numpy chunks per
+  series.
+
+:meth:`PointBatch.take` settles everything into per-series columns, vectorised (one int64
+conversion of the timestamps, one stable radix sort by series code, one conversion per series),
+and returns them in first-seen series order; the stream takes them in one call. Cut points of
+the caller are point counts, so the same elements always give the same columns.
+
+The first value of a series pins its type (see :mod:`beam_nominal._pipeline.values` for the
+conversion rules). Nothing here is thread-safe: one writer owns a batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from beam_nominal._pipeline.values import (
+    SCALAR_CONVERTERS,
+    Mismatch,
+    arrow_column,
+    check_texts,
+    column,
+    convert_scalar,
+    describe,
+    double_rows_column,
+    float_row,
+    string_row,
+    struct_json,
+    value_bytes,
+)
+from beam_nominal.errors import SeriesTypeError
+from beam_nominal.model import SeriesKey, ValueType, timestamp_ns, timestamps_ns
+
+__all__ = ["Chunk", "ElementError", "PointBatch"]
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+#: Estimated encoded bytes of one timestamp (the stream's budget unit; see buffer.TS_BYTES).
+_TS_BYTES = 16
+
+
+class ElementError(ValueError):
+    """An element that cannot be read as telemetry; ``field`` names the offending part."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class Chunk(NamedTuple):
+    """Points of one series, as the stream takes them: values in ``SeriesBatch`` form."""
+
+    key: SeriesKey
+    vtype: ValueType
+    timestamps: Any
+    values: Any
+    nbytes: int
+
+
+class _NoType:
+    """A type no value has: the unchecked type of a series whose values all need a check."""
+
+
+class _Slot:
+    """One series of the batch: its code (first-seen order), pinned type and settled chunks."""
+
+    __slots__ = ("chunks", "code", "conv", "key", "unchecked", "vtype")
+
+    def __init__(self, code: int, key: SeriesKey, vtype: ValueType) -> None:
+        self.code = code
+        self.key = key
+        self.vtype = vtype
+        #: The Python type appended with no check at all: float in a double series. Ints need
+        #: a range check and strs a UTF-8 check, which ``conv`` does.
+        self.unchecked: type = float if vtype is ValueType.DOUBLE else _NoType
+        #: Checks and normalises one scalar of this type (raises Mismatch), or None for
+        #: arrays and structs.
+        self.conv = SCALAR_CONVERTERS.get(vtype)
+        self.chunks: list[tuple[Any, Any, int]] = []
+
+
+class _Block:
+    """Rows of wide records that share their channels, value types and tags."""
+
+    __slots__ = ("checks", "keys", "plain", "rows", "slots", "ts", "types", "width")
+
+    def __init__(self, keys: tuple[Any, ...], types: tuple[type, ...], slots: list[_Slot | None]) -> None:
+        self.keys = keys
+        self.types = types
+        #: One per column; None where the record's value is None (a gap).
+        self.slots = slots
+        #: (column, converter) for the values that need a check per row (ints, strs).
+        self.checks = [
+            (j, s.conv)
+            for j, (s, t) in enumerate(zip(slots, types, strict=True))
+            if s is not None and t is not s.unchecked and s.conv is not None
+        ]
+        #: Every value a float of a double series, no gaps: settled as one matrix.
+        self.plain = not self.checks and all(
+            s is not None and s.unchecked is t for s, t in zip(slots, types, strict=True)
+        )
+        #: Points per row.
+        self.width = sum(s is not None for s in slots)
+        self.ts: list[int] = []
+        self.rows: list[list[Any]] = []
+
+
+class PointBatch:
+    """A batch of points of any shape, checked per element as it is appended.
+
+    Args:
+        tags: tags of every series (an element's own tags win on a clash).
+
+    Every ``add*`` method raises :class:`ElementError` (shape, channel, tags, timestamp),
+    :class:`~beam_nominal.errors.SeriesTypeError` (a value conflicting with its series' type)
+    or ``TypeError``/``ValueError`` (an unsupported value, text that is not UTF-8), having
+    appended nothing of the element.
+    """
+
+    def __init__(self, tags: Mapping[str, str] | None = None) -> None:
+        self._base: tuple[tuple[str, str], ...] = SeriesKey.of("_", tags).tags if tags else ()
+        self._slots: list[_Slot] = []
+        self._by_key: dict[SeriesKey, _Slot] = {}
+        #: channel -> slot, for elements without tags of their own.
+        self._untagged: dict[str, _Slot] = {}
+        #: (channel, tuple(tags.items())) -> slot: an element's tags, as given.
+        self._tagged: dict[tuple[str, tuple[tuple[str, str], ...]], _Slot] = {}
+        #: (series code, int ns, value) triples of single points, in arrival order.
+        self.flat: list[Any] = []
+        #: tag items as given -> the block the last record with those tags went to.
+        self._last_block: dict[tuple[tuple[str, str], ...], _Block] = {}
+        self._blocks: dict[tuple[Any, ...], _Block] = {}
+        #: Points in rows and settled chunks (single points are ``len(flat) // 3``): with
+        #: ``flat``, what a writer reads to decide when to hand the batch over.
+        self.counted = 0
+        #: Some block holds rows.
+        self._rows = False
+
+    # -- size --------------------------------------------------------------------------------------
+
+    @property
+    def points(self) -> int:
+        """Points appended and not yet taken."""
+        return len(self.flat) // 3 + self.counted
+
+    # -- single points -----------------------------------------------------------------------------
+
+    def add(self, channel: Any, ts: Any, value: Any) -> None:
+        """One point of a series without tags of its own (the batch's tags apply)."""
+        try:
+            slot = self._untagged.get(channel)
+        except TypeError:  # an unhashable channel: the checked path names it
+            slot = None
+        if (
+            slot is not None
+            and type(value) is slot.unchecked
+            and type(ts) is int
+            and -9223372036854775808 < ts <= 9223372036854775807
+        ):
+            # Literals, not module constants: this runs once per point, and a global lookup
+            # costs as much as a comparison.
+            self.flat.extend((slot.code, ts, value))
+            return
+        self.add_tagged(channel, ts, value, None)
+
+    def add_tagged(self, channel: Any, ts: Any, value: Any, tags: Any) -> None:
+        """One point; ``tags`` (a mapping or None) are merged over the batch's tags."""
+        slot, new = self._slot_for(channel, tags)
+        t = _timestamp(ts)
+        slot, value = self._value_for(slot, new, value)
+        if new:
+            self._register(slot, channel, tags)
+        self.flat.extend((slot.code, t, value))
+
+    # -- wide records -----------------------------------------------------------------------------
+
+    def add_record(self, ts: Any, record: Mapping[Any, Any], tags: Any = None, skip: tuple[str, ...] = ()) -> None:
+        """One timestamp, many channels (``{channel: value}``); ``None`` values are gaps.
+
+        ``skip`` names fields of ``record`` that are not channels (a flat record's timestamp and
+        tags fields): read in place, no dict without them is built per record.
+        """
+        if not isinstance(record, Mapping):
+            raise ElementError("values", f"wide record values must be a mapping, got {type(record).__name__}")
+        t = _timestamp(ts)
+        items = _tag_items(tags)
+        keys = tuple(record)
+        types = tuple(map(type, record.values()))
+        block = self._last_block.get(items)
+        if block is None or block.keys != keys or block.types != types:
+            block = self._blocks.get((keys, types, items)) or self._new_block(keys, types, record, tags, items, skip)
+            if block is None:
+                self._record_by_points(t, record, tags, skip)
+                return
+            self._last_block[items] = block
+        row = list(record.values())
+        for j, conv in block.checks:
+            try:
+                row[j] = conv(row[j])
+            except (Mismatch, UnicodeEncodeError):
+                raise _bad_value(block.keys[j], block.slots[j], row[j]) from None  # type: ignore[arg-type]
+        block.ts.append(t)
+        block.rows.append(row)
+        self._rows = True
+        self.counted += block.width
+
+    def _new_block(
+        self,
+        keys: tuple[Any, ...],
+        types: tuple[type, ...],
+        record: Mapping[Any, Any],
+        tags: Any,
+        items: Any,
+        skip: tuple[str, ...],
+    ) -> _Block | None:
+        """A block for a new channel set, every value checked; None if a value is an array or
+        struct (those records go point by point)."""
+        if len(keys) <= sum(k in record for k in skip):
+            raise ElementError("values", "wide record has no channels")
+        slots: list[_Slot | None] = []
+        new: list[tuple[_Slot, Any]] = []
+        for name, value in record.items():
+            if value is None or name in skip:
+                slots.append(None)
+                continue
+            if isinstance(value, (Mapping, list, tuple, np.ndarray)):
+                return None
+            slot, is_new = self._slot_for(name, tags, field="channels")
+            slot, _ = self._value_for(slot, is_new, value, name)
+            slots.append(slot)
+            if is_new:
+                new.append((slot, name))
+        for slot, name in new:
+            self._register(slot, name, tags)
+        block = _Block(keys, types, slots)
+        self._blocks[(keys, types, items)] = block
+        return block
+
+    def _record_by_points(self, t: int, record: Mapping[Any, Any], tags: Any, skip: tuple[str, ...]) -> None:
+        checked: list[tuple[_Slot, bool, Any, Any]] = []
+        for name, value in record.items():
+            if value is None or name in skip:
+                continue
+            slot, new = self._slot_for(name, tags, field="channels")
+            slot, converted = self._value_for(slot, new, value, name)
+            checked.append((slot, new, name, converted))
+        for slot, new, name, converted in checked:
+            if new:
+                self._register(slot, name, tags)
+            self.flat.extend((slot.code, t, converted))
+
+    # -- columns ----------------------------------------------------------------------------------
+
+    def add_series(self, channel: Any, timestamps: Any, values: Any, tags: Any = None) -> None:
+        """A run of points of one series as two columns (arrays or sequences)."""
+        slot, new = self._slot_for(channel, tags)
+        timestamps, values = _as_column(timestamps), _as_column(values)
+        if not _is_column(timestamps):
+            raise ElementError(
+                "timestamps", f"timestamps must be an array or sequence, got {type(timestamps).__name__}"
+            )
+        if not _is_column(values):
+            raise ElementError("values", f"values must be an array or sequence, got {type(values).__name__}")
+        if len(timestamps) != len(values):
+            raise ElementError(
+                "values", f"channel {channel!r:.80}: {len(timestamps)} timestamps but {len(values)} values"
+            )
+        try:
+            ts = np.array(timestamps_ns(timestamps), dtype=np.int64, copy=True)
+        except (TypeError, ValueError) as exc:
+            raise ElementError("timestamps", f"channel {channel!r:.80}: {exc}") from None
+        if not len(ts):
+            return
+        vt, vals, vbytes = column(channel, values, None if new else slot.vtype)
+        if new:
+            slot = _Slot(-1, slot.key, vt)
+            self._register(slot, channel, tags)
+        self._settle()  # what came before stays before, within the series
+        slot.chunks.append((ts, vals, vbytes + _TS_BYTES * len(ts)))
+        self.counted += len(ts)
+
+    def add_table(self, table: Any, timestamp_column: str) -> None:
+        """A pyarrow ``Table``/``RecordBatch``: one channel per column besides the timestamps.
+
+        Nulls are gaps. Every column is checked before any is appended.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        if timestamp_column not in table.column_names:
+            raise ElementError(
+                timestamp_column, f"Arrow table has no {timestamp_column!r} column; columns {table.column_names}"
+            )
+        tcol = table.column(timestamp_column)
+        if tcol.null_count:
+            raise ElementError(timestamp_column, f"{tcol.null_count} null timestamps")
+        if pa.types.is_timestamp(tcol.type):
+            ts_all = np.asarray(
+                pc.cast(tcol, pa.timestamp("ns", tcol.type.tz)).combine_chunks().cast(pa.int64()).to_numpy(),
+                dtype=np.int64,
+            )
+        elif pa.types.is_integer(tcol.type):
+            ts_all = timestamps_ns(tcol.combine_chunks().to_numpy())
+        else:
+            raise ElementError(timestamp_column, f"timestamp column has type {tcol.type}; use timestamp or int64 ns")
+        prepared: list[tuple[_Slot, bool, str, Any, Any, int]] = []
+        for name in table.column_names:
+            if name == timestamp_column:
+                continue
+            slot, new = self._slot_for(name, None, field="column")
+            col = table.column(name).combine_chunks()
+            ts = ts_all
+            if col.null_count:
+                valid = pc.is_valid(col)
+                ts = ts_all[valid.to_numpy(zero_copy_only=False)]
+                col = col.filter(valid)
+            if not len(ts):
+                continue
+            vt, vals, vbytes = arrow_column(name, col, None if new else slot.vtype)
+            if new:
+                slot = _Slot(-1, slot.key, vt)
+            prepared.append((slot, new, name, np.array(ts, dtype=np.int64), vals, vbytes + _TS_BYTES * len(ts)))
+        self._settle()
+        for slot, new, name, ts, vals, nbytes in prepared:
+            if new:
+                self._register(slot, name, None)
+            slot.chunks.append((ts, vals, nbytes))
+            self.counted += len(ts)
+
+    def add_chunk(self, chunk: Chunk) -> None:
+        """Points already converted by another batch's :meth:`take` (cross-bundle batching)."""
+        key, vt = chunk.key, ValueType(chunk.vtype)
+        slot = self._by_key.get(key)
+        if slot is not None and slot.vtype is not vt:
+            raise SeriesTypeError(f"series {key.describe()} is pinned to {slot.vtype.value}; got a {vt.value} chunk")
+        if not len(chunk.timestamps):
+            return
+        self._settle()
+        if slot is None:
+            slot = _Slot(-1, key, vt)
+            self._register(slot, key.channel, dict(key.tags) if key.tags else None)
+        slot.chunks.append((chunk.timestamps, chunk.values, chunk.nbytes))
+        self.counted += len(chunk.timestamps)
+
+    def clear(self) -> None:
+        """Drop everything, series and their types included (a new bundle starts afresh)."""
+        self.__init__(dict(self._base) or None)  # type: ignore[misc]
+
+    # -- taking -----------------------------------------------------------------------------------
+
+    def take(self) -> list[Chunk]:
+        """Everything appended so far, as per-series chunks in first-seen series order; empties
+        the batch (series and their pinned types stay)."""
+        self._settle()
+        out: list[Chunk] = []
+        for slot in self._slots:
+            if slot.chunks:
+                out.extend(Chunk(slot.key, slot.vtype, ts, vals, nbytes) for ts, vals, nbytes in slot.chunks)
+                slot.chunks = []
+        self.counted = 0
+        return out
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _slot_for(self, channel: Any, tags: Any, field: str = "channel") -> tuple[_Slot, bool]:
+        """The series of (channel, tags): (slot, False) if known, else (an unregistered slot
+        with no type yet, True), names checked."""
+        try:
+            slot = self._tagged.get((channel, tuple(tags.items()))) if tags else self._untagged.get(channel)
+        except (TypeError, AttributeError):
+            slot = None
+        if slot is not None:
+            return slot, False
+        key = self._key(channel, tags, field)
+        known = self._by_key.get(key)
+        if known is not None:
+            self._register(known, channel, tags)  # a new spelling of known tags: cache it
+            return known, False
+        return _Slot(-1, key, ValueType.DOUBLE), True
+
+    def _key(self, channel: Any, tags: Any, field: str) -> SeriesKey:
+        if not isinstance(channel, str) or not channel:
+            raise ElementError(field, f"channel must be a non-empty string, got {channel!r:.80}")
+        if tags is not None and not isinstance(tags, Mapping):
+            raise ElementError("tags", f"tags must be a mapping of str to str, got {type(tags).__name__}")
+        merged = {**dict(self._base), **tags} if tags and self._base else (tags or dict(self._base))
+        try:
+            key = SeriesKey.of(channel, merged)
+            check_texts(channel, "channel name", (channel,))
+            for k, v in key.tags:
+                check_texts(channel, "tag", (k, v))
+        except ValueError as exc:
+            raise ElementError("tags" if merged and "tag" in str(exc) else field, str(exc)) from None
+        return key
+
+    def _value_for(self, slot: _Slot, new: bool, value: Any, name: Any = None) -> tuple[_Slot, Any]:
+        """The value converted for its series, and the slot typed by it if new."""
+        channel = slot.key.channel
+        if value is None:
+            raise ElementError("value" if name is None else f"value of channel {name!r:.80}", "value is None")
+        if new:
+            vt, converted = _first_value(channel, value)
+            return _Slot(-1, slot.key, vt), converted
+        conv = slot.conv
+        if conv is not None:
+            try:
+                return slot, conv(value)
+            except Mismatch:
+                raise _bad_value(channel, slot, value) from None
+        if slot.vtype is ValueType.STRUCT:
+            if not isinstance(value, Mapping):
+                raise _bad_value(channel, slot, value)
+            return slot, struct_json(channel, value)
+        if not isinstance(value, (list, tuple, np.ndarray)):
+            raise _bad_value(channel, slot, value)
+        if slot.vtype is ValueType.DOUBLE_ARRAY:
+            return slot, float_row(channel, value)
+        return slot, string_row(channel, value)
+
+    def _register(self, slot: _Slot, channel: str, tags: Any) -> None:
+        known = self._by_key.get(slot.key)
+        if known is None:
+            slot.code = len(self._slots)
+            self._slots.append(slot)
+            self._by_key[slot.key] = slot
+            known = slot
+        if tags:
+            self._tagged[(channel, tuple(tags.items()))] = known
+        else:
+            self._untagged[channel] = known
+
+    def _settle(self) -> None:
+        """Move single points and rows into their series' chunks."""
+        if self.flat:
+            self._settle_flat()
+        if self._rows:
+            for block in self._blocks.values():
+                if block.rows:
+                    self._settle_block(block)
+            self._rows = False
+
+    def _settle_flat(self) -> None:
+        flat, self.flat = self.flat, []
+        n = len(flat) // 3
+        codes = np.fromiter(flat[0::3], np.intp, n)
+        ts = np.fromiter(flat[1::3], np.int64, n)
+        vals = flat[2::3]
+        slots = self._slots
+        counts = np.bincount(codes, minlength=len(slots))
+        present = np.flatnonzero(counts)
+        if len(present) > 1:
+            # Series codes fit 16 bits nearly always, and numpy sorts those stably by radix: O(n)
+            # where a timsort of interleaved series costs 5x more.
+            order = (codes.astype(np.uint16) if len(slots) <= 65536 else codes).argsort(kind="stable")
+            ts = ts[order]
+            if all(slots[c].vtype is ValueType.DOUBLE for c in present.tolist()):
+                vals_col: Any = np.fromiter(vals, np.float64, n)[order]
+            else:
+                vals_col = list(map(vals.__getitem__, order.tolist()))
+        else:
+            vals_col = vals
+        start = 0
+        for code, count in zip(present.tolist(), counts[present].tolist(), strict=True):
+            slot = slots[code]
+            end = start + count
+            self._add_settled(slot, ts[start:end], vals_col[start:end])
+            start = end
+        self.counted += n
+
+    def _settle_block(self, block: _Block) -> None:
+        ts = np.fromiter(block.ts, np.int64, len(block.ts))
+        rows, block.ts, block.rows = block.rows, [], []
+        if block.plain:
+            # One conversion for the block; each column a contiguous row of the transpose,
+            # sharing one timestamps array (the encoders write a shared array once).
+            matrix = np.array(rows, dtype=np.float64).T.copy()
+            for j, slot in enumerate(block.slots):
+                assert slot is not None
+                slot.chunks.append((ts, matrix[j], 24 * len(ts)))
+            return
+        for j, slot in enumerate(block.slots):
+            if slot is None:
+                continue
+            col = [r[j] for r in rows]
+            self._add_settled(slot, ts, col)
+
+    def _add_settled(self, slot: _Slot, ts: Any, vals: Any) -> None:
+        vt = slot.vtype
+        dtype = vt.numpy_dtype
+        if dtype is not None:
+            col: Any = vals if isinstance(vals, np.ndarray) else np.array(vals, dtype=dtype)
+        elif vt is ValueType.DOUBLE_ARRAY:
+            col = double_rows_column(list(vals))
+        else:
+            col = list(vals)
+        slot.chunks.append((ts, col, _TS_BYTES * len(ts) + value_bytes(vt, col)))
+
+
+def _first_value(channel: str, value: Any) -> tuple[ValueType, Any]:
+    """Type and converted form of a series' first value."""
+    if isinstance(value, Mapping):
+        return ValueType.STRUCT, struct_json(channel, value)
+    if isinstance(value, (list, tuple, np.ndarray)):
+        if isinstance(value, np.ndarray) and value.dtype.kind in "USO" and value.size:
+            return ValueType.STRING_ARRAY, string_row(channel, [str(v) for v in value.tolist()])
+        if len(value) and all(isinstance(v, str) for v in value):
+            return ValueType.STRING_ARRAY, string_row(channel, value)
+        if isinstance(value, np.ndarray) and value.ndim != 1:
+            raise ElementError("value", f"array value of channel {channel!r:.80} has {value.ndim} dimensions, not 1")
+        return ValueType.DOUBLE_ARRAY, float_row(channel, value)
+    return convert_scalar(channel, value)
+
+
+def _bad_value(channel: str, slot: _Slot, value: Any) -> Exception:
+    """The error for a value that does not fit its series (a conflict, or bad text/range)."""
+    if isinstance(value, str) and not value.isascii():
+        try:
+            check_texts(channel, "string", (value,))
+        except ValueError as exc:
+            return exc
+    if slot.vtype is ValueType.INT64 and type(value) is int and value >= 0:
+        return SeriesTypeError(
+            f"series {slot.key.describe()} is int64 (pinned by its first value); {value} is beyond int64"
+        )
+    return SeriesTypeError(
+        f"series {slot.key.describe()} is pinned to {slot.vtype.value} by its first value; got {describe(value)}"
+    )
+
+
+def _timestamp(ts: Any) -> int:
+    if type(ts) is int and _INT64_MIN < ts <= _INT64_MAX:
+        return ts
+    try:
+        return timestamp_ns(ts)
+    except (TypeError, ValueError) as exc:
+        raise ElementError("timestamp", str(exc)) from None
+
+
+def _tag_items(tags: Any) -> tuple[tuple[str, str], ...]:
+    if not tags:
+        return ()
+    try:
+        return tuple(tags.items())
+    except AttributeError:
+        raise ElementError("tags", f"tags must be a mapping of str to str, got {type(tags).__name__}") from None
+
+
+def _is_column(value: Any) -> bool:
+    return isinstance(value, (np.ndarray, list, tuple))
+
+
+def _as_column(value: Any) -> Any:
+    if type(value).__name__ in ("Array", "ChunkedArray"):
+        return value.to_numpy(zero_copy_only=False)
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, list, tuple)):
+        return list(value)
+    return value
