@@ -7,10 +7,13 @@ Every class is a frozen dataclass checked in ``__post_init__``; a bad value rais
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
-__all__ = ["BatchSettings", "RetrySettings", "UploadSettings"]
+__all__ = ["BatchSettings", "RetrySettings", "StreamSettings", "UploadSettings", "resolve"]
 
 _MIB = 1024 * 1024
 
@@ -127,3 +130,62 @@ class RetrySettings:
         """Delay before retry number ``retry`` (1-based), given ``rand`` uniform in [0, 1)."""
         base = min(self.max_backoff, self.initial_backoff * self.multiplier ** (retry - 1))
         return base * (1.0 - self.jitter * rand)
+
+
+class StreamSettings(NamedTuple):
+    """The three settings objects of a stream, checked together by :func:`resolve`."""
+
+    batch: BatchSettings
+    upload: UploadSettings
+    retry: RetrySettings
+    #: The keyword names given (a target's preferred request size yields to ``max_request_bytes``).
+    given: frozenset[str]
+
+
+_OWNERS: dict[str, type[Any]] = {
+    f.name: cls for cls in (BatchSettings, UploadSettings, RetrySettings) for f in dataclasses.fields(cls)
+}
+
+
+def resolve(
+    batch: BatchSettings | None = None,
+    upload: UploadSettings | None = None,
+    retry: RetrySettings | None = None,
+    *,
+    owner: str = "NominalStream",
+    **settings: Any,
+) -> StreamSettings:
+    """Settings objects from optional objects plus keyword fields of any of them, all checked.
+
+    The one place for the stream's setting rules: ``NominalStream(...)`` calls it, and so does
+    ``WriteToNominal(...)`` at construction, so a bad setting fails there rather than on every
+    worker.
+
+    Raises:
+        TypeError: an unknown keyword (``owner`` names who got it) or a value of the wrong type.
+        ValueError: a value out of range, or a buffer budget under two requests.
+    """
+    groups: dict[type[Any], dict[str, Any]] = {}
+    for name, value in settings.items():
+        cls = _OWNERS.get(name)
+        if cls is None:
+            raise TypeError(f"{owner} got an unknown setting {name}={value!r:.80}; known: {sorted(_OWNERS)}")
+        groups.setdefault(cls, {})[name] = value
+    b = _merge(batch, BatchSettings, groups)
+    u = _merge(upload, UploadSettings, groups)
+    r = _merge(retry, RetrySettings, groups)
+    if u.max_buffered_bytes < 2 * b.max_request_bytes:
+        raise ValueError(
+            f"max_buffered_bytes ({u.max_buffered_bytes}) must be at least twice "
+            f"max_request_bytes ({b.max_request_bytes})"
+        )
+    return StreamSettings(b, u, r, frozenset(settings))
+
+
+def _merge(given: Any, cls: type[Any], groups: Mapping[type[Any], dict[str, Any]]) -> Any:
+    overrides = groups.get(cls, {})
+    if given is None:
+        return cls(**overrides)
+    if not isinstance(given, cls):
+        raise TypeError(f"expected {cls.__name__}, got {type(given).__name__}")
+    return dataclasses.replace(given, **overrides) if overrides else given

@@ -29,7 +29,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -42,7 +42,7 @@ from beam_nominal._pipeline.staging import Chunk
 from beam_nominal._pipeline.uploader import Outcome, Uploader, WorkerPool
 from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
 from beam_nominal.model import SeriesKey, ValueType, timestamp_ns, timestamps_ns
-from beam_nominal.settings import BatchSettings, RetrySettings, UploadSettings
+from beam_nominal.settings import BatchSettings, RetrySettings, UploadSettings, resolve
 from beam_nominal.targets.base import Request, Target
 
 __all__ = ["DeliveryReport", "NominalStream", "StreamState"]
@@ -52,11 +52,6 @@ _log = logging.getLogger("beam_nominal.stream")
 _TS_MIN = -(2**63)
 _TS_MAX = 2**63 - 1
 _Mismatch = _values.Mismatch
-
-_SETTING_OWNERS: dict[str, type[Any]] = {
-    f.name: cls for cls in (BatchSettings, UploadSettings, RetrySettings) for f in fields(cls)
-}
-
 
 class StreamState(str, enum.Enum):
     """Where a stream is in its life. Legal transitions, and nothing else::
@@ -124,11 +119,6 @@ class _Core:
         clock: Callable[[], float],
         workers: WorkerPool | None = None,
     ) -> None:
-        if upload.max_buffered_bytes < 2 * batch.max_request_bytes:
-            raise ValueError(
-                f"max_buffered_bytes ({upload.max_buffered_bytes}) must be at least twice "
-                f"max_request_bytes ({batch.max_request_bytes})"
-            )
         self.target = target
         self.owns_target = owns_target
         self.dataset_rid = dataset_rid
@@ -535,18 +525,10 @@ class NominalStream:
     ) -> None:
         if not isinstance(dataset_rid, str) or not dataset_rid:
             raise ValueError(f"dataset_rid must be a non-empty string, got {dataset_rid!r}")
-        groups: dict[type[Any], dict[str, Any]] = {}
-        for name, value in settings.items():
-            owner = _SETTING_OWNERS.get(name)
-            if owner is None:
-                raise TypeError(f"NominalStream got an unknown setting {name!r}; known: {sorted(_SETTING_OWNERS)}")
-            groups.setdefault(owner, {})[name] = value
-        batch = _merge(batch, BatchSettings, groups)
-        upload = _merge(upload, UploadSettings, groups)
-        retry = _merge(retry, RetrySettings, groups)
+        batch, upload, retry, given = resolve(batch, upload, retry, **settings)
         made, owns = _make_target(target, dataset_rid, token, ca_file, format, fallback_to_row)
         preferred = getattr(made, "preferred_request_bytes", None)
-        if isinstance(preferred, int) and "max_request_bytes" not in groups.get(BatchSettings, {}):
+        if isinstance(preferred, int) and "max_request_bytes" not in given:
             # A target without a message-size limit (a file) may take bigger requests, which
             # amortise its per-series costs; one behind a small limit may ask for smaller ones.
             # An explicit max_request_bytes keyword wins.
@@ -1027,15 +1009,6 @@ class _CloseOnlyFallback:
 
     def __repr__(self) -> str:
         return repr(self._inner)
-
-
-def _merge(given: Any, cls: type[Any], groups: dict[type[Any], dict[str, Any]]) -> Any:
-    overrides = groups.get(cls, {})
-    if given is None:
-        return cls(**overrides)
-    if not isinstance(given, cls):
-        raise TypeError(f"expected {cls.__name__}, got {type(given).__name__}")
-    return dataclasses.replace(given, **overrides) if overrides else given
 
 
 def _make_target(

@@ -418,7 +418,7 @@ class PointBatch:
         """The value converted for its series, and the slot typed by it if new."""
         channel = slot.key.channel
         if value is None:
-            raise ElementError("value" if name is None else f"value of channel {name!r:.80}", "value is None")
+            raise ElementError("value", f"value of channel {channel!r:.80} is None")
         if new:
             vt, converted = _first_value(channel, value)
             return _Slot(-1, slot.key, vt), converted

@@ -42,6 +42,7 @@ from beam_nominal._pipeline.staging import Chunk, ElementError, PointBatch
 from beam_nominal._pipeline.uploader import WorkerPool
 from beam_nominal.beam._elements import ELEMENT_ERRORS, FailedElement, Reader, failed, reader_for
 from beam_nominal.beam._metrics import MeasuredTarget, SinkMetrics
+from beam_nominal.settings import resolve
 
 _LOG = logging.getLogger(__name__)
 
@@ -196,8 +197,8 @@ class WriteDoFn(beam.DoFn):
         self._target, self._target_key = SHARED_TARGETS.acquire(self._config)
         self._measured = MeasuredTarget(self._target)
         self._metrics = SinkMetrics()
-        in_flight = self._config.settings.get("max_in_flight", 3)
-        self._workers = WorkerPool(in_flight if isinstance(in_flight, int) else 3)
+        settings = resolve(owner="WriteToNominal", **self._config.settings)
+        self._workers = WorkerPool(settings.upload.max_in_flight)
 
     def start_bundle(self) -> None:
         from beam_nominal.stream import NominalStream

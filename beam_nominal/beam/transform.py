@@ -26,6 +26,7 @@ from apache_beam.pvalue import PCollection
 from apache_beam.transforms.util import GroupIntoBatches
 
 from beam_nominal.beam._dofn import FAILED_TAG, SinkConfig, ToChunksDoFn, WriteChunksDoFn, WriteDoFn
+from beam_nominal.settings import resolve
 from beam_nominal.targets._factory import http_options
 
 __all__ = ["DEFAULT_LOCAL_DATASET", "WriteToNominal", "WriteToNominalResult", "embedded_server"]
@@ -179,7 +180,8 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
                 if not isinstance(k, str) or not isinstance(v, str):
                     raise ValueError(f"tags must map str to str, got {k!r}: {v!r:.80}")
         settings.pop("linger", None)
-        self._validate_settings(settings)
+        # Checked here, naming the setting, rather than on every worker at every bundle.
+        resolve(owner="WriteToNominal", **settings)
         self._target = target
         self._dataset_rid = dataset_rid
         self._token = token
@@ -191,17 +193,6 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         self._max_buffering = max_buffering_duration_secs
         self._settings = settings
         self._target_options = target_options
-
-    @staticmethod
-    def _validate_settings(settings: Mapping[str, Any]) -> None:
-        """Fail at construction, not on a worker, when a stream setting is unknown or bad."""
-        try:
-            from beam_nominal import stream as _stream
-        except ImportError:
-            return
-        check = getattr(_stream, "validate_settings", None)
-        if check is not None:
-            check(**settings)
 
     def __repr__(self) -> str:
         return f"WriteToNominal(target={self._target!r}, dataset_rid={self._dataset_rid!r})"

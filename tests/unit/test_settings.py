@@ -52,3 +52,26 @@ def test_backoff_grows_exponentially_caps_and_jitters_down() -> None:
     # rand close to 1 takes off up to `jitter` of the delay, never more.
     assert r.backoff(3, 0.999999) == pytest.approx(0.2, rel=1e-5)
     assert RetrySettings(jitter=0).backoff(2, 0.7) == 0.2
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "shown"),
+    [
+        ({"max_inflight": 3}, TypeError, "max_inflight=3"),
+        ({"max_in_flight": 0}, ValueError, "max_in_flight must be >= 1, got 0"),
+        ({"max_in_flight": "3"}, TypeError, "max_in_flight must be an int, got '3'"),
+        ({"attempt_timeout": -1.0}, ValueError, "attempt_timeout"),
+        ({"max_request_bytes": 2**27}, ValueError, "max_buffered_bytes (67108864) must be at least twice"),
+    ],
+)
+def test_write_to_nominal_refuses_a_bad_setting_at_construction(
+    settings: dict[str, object], error: type[Exception], shown: str
+) -> None:
+    from beam_nominal.beam import WriteToNominal
+
+    # No pipeline, no worker: the transform's constructor is where a typo must surface.
+    with pytest.raises(error) as info:
+        WriteToNominal("grpc://127.0.0.1:1", dataset_rid="ri.x", **settings)
+    assert shown in str(info.value)
+    if error is TypeError and "=" in shown:
+        assert "WriteToNominal" in str(info.value) and "max_in_flight" in str(info.value)
