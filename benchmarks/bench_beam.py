@@ -1,39 +1,68 @@
-"""WriteToNominal vs a DoFn wrapping nominal-streaming vs a discard sink, in one Beam run each.
+"""WriteToNominal vs a DoFn wrapping nominal-streaming, every element shape: Beam runs, one-element bundles.
 
-Every pipeline is ``Impulse | FlatMap(generate) | sink`` on ``FnApiRunner`` in-process: the data is
-made inside the pipeline, so the generator's cost is the same for every sink and the discard sink
-shows the ceiling Beam itself allows. Sinks:
+**Pipelines.** Every pipeline is ``Impulse | FlatMap(generate) | sink`` on ``FnApiRunner``
+in-process: the data is made inside the pipeline, so the generator's cost is the same for every
+sink and the discard sink shows the ceiling Beam itself allows. Sinks:
 
 * ``discard``: a DoFn that drops elements;
 * ``nominal-streaming``: a DoFn opening ``NominalDatasetStream().to_file(...)`` per bundle (its
-  fastest local sink, an Avro file), the way users wrap it today;
-* ``WriteToNominal→avro``: our sink writing the same Avro format (like for like);
-* ``WriteToNominal→gRPC``: our sink sending to ``beam-nominal serve`` (the local server, in its
-  own process as Nominal would be) on loopback, which stores Parquet durably before acknowledging.
+  fastest local sink, an Avro file) and closing it at the end of the bundle, the way users wrap
+  it today; one subclass per shape, whose ``process`` is the one call a user would write for it;
+* ``WriteToNominal→avro``: our sink writing the same Avro format to a path ending in ``.avro``
+  (one file per DoFn instance): like for like;
+* ``WriteToNominal→gRPC`` (with ``--grpc``): our sink sending to ``beam-nominal serve`` (the local
+  server, in its own process as Nominal would be) on loopback, which stores Parquet durably before
+  acknowledging.
 
-Shapes: ``series`` (10,000-point numpy series elements), ``points`` (single-point tuples) and
-``table`` (pyarrow RecordBatches, a timestamp column and 50 channel columns). Rounds interleave the
-sinks (order reversed every other round); the table shows medians of points/s over rounds, wall
-time of the whole pipeline run (start-up included), and ratios to the nominal-streaming DoFn.
-Delivery is verified every round: Avro files are read back and counted, the server's series
-counts summed. Each pipeline runs in a fresh process, after one unmeasured warm-up run of the same
-sink and shape in that process: what one sink leaves behind (allocator state, threads, a grown
-heap) must not weigh on the next one's figures.
+Shapes, as users send them (the point shapes make their channel string per element, over 100
+channels, as decoded data would), and the nominal-streaming DoFn's call for each:
 
-Wall time includes a wait of 0-200 ms at the end of every bundle, whatever the sink: the SDK
-worker's state sampler thread sleeps in periods growing to 200 ms and the bundle joins it
-(``StateSampler.stop``). Runs of a few seconds keep that under a few percent; the CPU table
-is free of it.
+* ``tuples``: ``(channel, int ns, float)``; ``enqueue`` of the unpacked tuple;
+* ``dicts``: ``{"channel", "timestamp", "value"}``; ``enqueue`` of the three items;
+* ``rows``: ``beam.Row(channel=, timestamp=, value=)``; ``enqueue`` of the three attributes;
+* ``namedtuples``: a ``NamedTuple`` ``Point(channel, timestamp, value)``; the same;
+* ``wide``: ``(int ns, {100 channels: float})``; ``enqueue_from_dict``;
+* ``series``: ``(channel, int64 ns array, float64 array)`` of 10,000 points; ``enqueue_batch``;
+* ``table``: pyarrow RecordBatches of 2,000 rows, a timestamp column and 50 channel columns;
+  one ``enqueue_batch`` per column (nominal-streaming has no table call).
 
-Run: ``.venv/bin/python -m benchmarks.bench_beam [--rounds 5] [--scale 1.0]``
+Rounds interleave the sinks (order reversed every other round); the tables show medians over
+rounds of points/s (wall time of the whole pipeline run, start-up included), ratios of our sink to
+the nominal-streaming DoFn, and CPU µs per point of the measuring process. Delivery is verified
+every round: Avro files are read back and their points counted, the server's series counts
+summed.
+
+**One-element bundles** (what a streaming pipeline often gives a sink): our ``WriteDoFn`` and the
+nominal-streaming DoFn of the same shape, each driven directly through its life cycle without a
+runner: ``setup`` once, then N times ``start_bundle`` / ``process(one element)`` /
+``finish_bundle``, then ``teardown``, all of it timed; outputs ``process`` and ``finish_bundle``
+return are consumed. Bundles per second, CPU µs per bundle, delivery verified by reading the Avro
+files back. Shapes by ``--bundle-shapes`` (default: ``tuples``, one point per bundle). N differs
+by sink (``BUNDLES``) so that each run lasts a few seconds: a nominal-streaming bundle takes
+~50 ms (its ``close`` does, whatever the options), ours ~1 ms.
+
+Each measurement runs in a fresh process, after one unmeasured warm-up run of the same sink and
+shape in that process: what one sink leaves behind (allocator state, threads, a grown heap) must
+not weigh on the next one's figures. Outputs are deleted once counted.
+
+Wall time of a pipeline includes a wait of 0-200 ms at the end of every bundle, whatever the sink:
+the SDK worker's state sampler thread sleeps in periods growing to 200 ms and the bundle joins it
+(``StateSampler.stop``); a run's time moves in steps of ~0.195 s with its work. Each shape is
+sized so that a run of our sink lasts a few seconds, which keeps one step to a few percent of a
+ratio; the CPU table is free of it.
+
+Run: ``.venv/bin/python -m benchmarks.bench_beam [--rounds 5] [--scale 1.0] [--only tuples dicts ...]
+[--grpc] [--measure pipelines bundles] [--bundle-shapes tuples ...]``
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import logging
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -41,7 +70,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -51,6 +80,42 @@ T0 = 1_700_000_000_000_000_000
 SERIES_LEN = 10_000
 TABLE_ROWS = 2_000
 TABLE_CHANNELS = 50
+WIDE_CHANNELS = 100
+
+
+class Point(NamedTuple):
+    channel: str
+    timestamp: int
+    value: float
+
+
+def gen_points(_: Any, n_points: int) -> Iterator[Any]:
+    for i in range(n_points):
+        yield f"p{i % 100:03d}", T0 + i, i * 0.5
+
+
+def gen_dicts(_: Any, n_points: int) -> Iterator[Any]:
+    for i in range(n_points):
+        yield {"channel": f"p{i % 100:03d}", "timestamp": T0 + i, "value": i * 0.5}
+
+
+def gen_rows(_: Any, n_points: int) -> Iterator[Any]:
+    row = beam.Row
+    for i in range(n_points):
+        yield row(channel=f"p{i % 100:03d}", timestamp=T0 + i, value=i * 0.5)
+
+
+def gen_namedtuples(_: Any, n_points: int) -> Iterator[Any]:
+    for i in range(n_points):
+        yield Point(f"p{i % 100:03d}", T0 + i, i * 0.5)
+
+
+def gen_wide(_: Any, n_records: int) -> Iterator[Any]:
+    # A fresh dict per record, as decoded data would be; the channel names and float objects are shared.
+    names = [f"w{c:03d}" for c in range(WIDE_CHANNELS)]
+    values = np.random.default_rng(0).random(WIDE_CHANNELS).tolist()
+    for i in range(n_records):
+        yield T0 + i, dict(zip(names, values, strict=True))
 
 
 def gen_series(_: Any, n_elements: int) -> Iterator[Any]:
@@ -58,11 +123,6 @@ def gen_series(_: Any, n_elements: int) -> Iterator[Any]:
     vals = np.random.default_rng(0).random(SERIES_LEN)
     for i in range(n_elements):
         yield f"s{i % 100:03d}", T0 + (i // 100) * SERIES_LEN + ts, vals
-
-
-def gen_points(_: Any, n_points: int) -> Iterator[Any]:
-    for i in range(n_points):
-        yield f"p{i % 100:03d}", T0 + i, i * 0.5
 
 
 def gen_tables(_: Any, n_tables: int) -> Iterator[Any]:
@@ -83,8 +143,10 @@ class Discard(beam.DoFn):  # type: ignore[misc]
 class NominalStreamingDoFn(beam.DoFn):  # type: ignore[misc]
     """What users write today: nominal-streaming opened per bundle, written to an Avro file.
 
-    One subclass per shape, so ``process`` is the one call a user would write for their data:
-    no dispatch, the stream's method bound once per bundle.
+    Closing the stream is its only way to have a bundle's points written before the bundle ends
+    (it has no flush), so every bundle opens a stream and a file of its own. One subclass per
+    shape, so ``process`` is the one call a user would write for their data: no dispatch, the
+    stream's method bound once per bundle.
     """
 
     def __init__(self, directory: str) -> None:
@@ -101,6 +163,7 @@ class NominalStreamingDoFn(beam.DoFn):  # type: ignore[misc]
         self.stream.__enter__()
         self.enqueue = self.stream.enqueue
         self.enqueue_batch = self.stream.enqueue_batch
+        self.enqueue_from_dict = self.stream.enqueue_from_dict
 
     def finish_bundle(self) -> None:
         self.stream.__exit__(None, None, None)
@@ -111,6 +174,24 @@ class NominalStreamingPoints(NominalStreamingDoFn):
     def process(self, element: Any) -> None:
         channel, timestamp, value = element
         self.enqueue(channel, timestamp, value)
+
+
+class NominalStreamingDicts(NominalStreamingDoFn):
+    def process(self, element: Any) -> None:
+        self.enqueue(element["channel"], element["timestamp"], element["value"])
+
+
+class NominalStreamingFields(NominalStreamingDoFn):
+    """``beam.Row`` and NamedTuple points: the fields by name."""
+
+    def process(self, element: Any) -> None:
+        self.enqueue(element.channel, element.timestamp, element.value)
+
+
+class NominalStreamingWide(NominalStreamingDoFn):
+    def process(self, element: Any) -> None:
+        timestamp, values = element
+        self.enqueue_from_dict(timestamp, values)
 
 
 class NominalStreamingSeries(NominalStreamingDoFn):
@@ -127,22 +208,39 @@ class NominalStreamingTable(NominalStreamingDoFn):
             self.enqueue_batch(name, ts, col.to_numpy())
 
 
-NS_DOFNS = {"points": NominalStreamingPoints, "series": NominalStreamingSeries, "table": NominalStreamingTable}
+class Shape(NamedTuple):
+    gen: Callable[[Any, int], Iterator[Any]]
+    #: Elements per pipeline at ``--scale 1``.
+    elements: int
+    points_per_element: int
+    ns_dofn: type[NominalStreamingDoFn]
+
+    def size(self, scale: float) -> tuple[int, int]:
+        """(elements, points) at ``scale``."""
+        n = max(1, int(self.elements * scale))
+        return n, n * self.points_per_element
 
 
-SHAPES: dict[str, tuple[Callable[..., Iterator[Any]], Callable[[float], tuple[int, int]]]] = {
-    # name -> (generator, scale -> (generator argument, points))
-    "series": (gen_series, lambda s: (max(1, int(600 * s)), max(1, int(600 * s)) * SERIES_LEN)),
-    # 4.8 M points: runs of ~5-7 s, where one 0.195 s state-sampler step (see the module doc) is
-    # ~3% of a ratio; at 2.4 M the same two sinks read 1.19x or 1.29x by which side of a step
-    # our run ends.
-    "points": (gen_points, lambda s: (max(1, int(4_800_000 * s)), max(1, int(4_800_000 * s)))),
-    "table": (
-        gen_tables,
-        lambda s: (max(1, int(60 * s)), max(1, int(60 * s)) * TABLE_ROWS * TABLE_CHANNELS),
-    ),
+# Sizes: runs of a few seconds at scale 1 (see the module doc on sampler steps), from one-off
+# runs of each sink at scale 0.1 scaled to the quiet-machine figures of docs/benchmarks.md.
+# 4.8 M tuples: runs of ~5-7 s, where one 0.195 s step is ~3% of a ratio; at 2.4 M the same two
+# sinks read 1.19x or 1.29x by which side of a step our run ends. Series and tables: our sink at
+# ~20 M points/s runs ~2 s, nominal-streaming ~6 s (each Avro file ~700 MB, deleted once counted).
+SHAPES: dict[str, Shape] = {
+    "tuples": Shape(gen_points, 4_800_000, 1, NominalStreamingPoints),
+    "dicts": Shape(gen_dicts, 2_400_000, 1, NominalStreamingDicts),
+    "rows": Shape(gen_rows, 1_600_000, 1, NominalStreamingFields),
+    "namedtuples": Shape(gen_namedtuples, 2_400_000, 1, NominalStreamingFields),
+    "wide": Shape(gen_wide, 150_000, WIDE_CHANNELS, NominalStreamingWide),
+    "series": Shape(gen_series, 4_000, SERIES_LEN, NominalStreamingSeries),
+    "table": Shape(gen_tables, 400, TABLE_ROWS * TABLE_CHANNELS, NominalStreamingTable),
 }
-SINKS = ("discard", "nominal-streaming", "WriteToNominal→avro", "WriteToNominal→gRPC")
+#: One-element bundles per measurement at ``--scale 1``, per sink: closing a nominal-streaming
+#: stream takes ~50 ms whatever its options (0.10.5), ~20 bundles/s, where ours takes ~1 ms.
+BUNDLES = {"nominal-streaming": 100, "WriteToNominal": 2_000}
+AVRO, GRPC = "WriteToNominal→avro", "WriteToNominal→gRPC"
+PIPELINE_SINKS = ("discard", "nominal-streaming", AVRO)
+BUNDLE_SINKS = ("nominal-streaming", "WriteToNominal")
 
 
 def _count_avro(pattern: str) -> int:
@@ -183,51 +281,199 @@ class _ServerProcess:
         self.proc.wait(timeout=30)
 
 
-def run_once(shape: str, sink: str, arg: int, out: Path, target: str, rid: str) -> tuple[float, float]:
+def run_pipeline(shape: str, sink: str, n: int, out: Path, target: str, rid: str) -> tuple[float, float]:
     """Run one pipeline writing under ``out``; returns (wall seconds, CPU seconds of this process)."""
     from beam_nominal.beam import WriteToNominal
 
-    gen = SHAPES[shape][0]
     out.mkdir()
     if sink == "discard":
         sink_t: Any = beam.ParDo(Discard())
     elif sink == "nominal-streaming":
-        sink_t = beam.ParDo(NS_DOFNS[shape](str(out)))
-    elif sink == "WriteToNominal→avro":
+        sink_t = beam.ParDo(SHAPES[shape].ns_dofn(str(out)))
+    elif sink == AVRO:
         sink_t = WriteToNominal(str(out / "data.avro"), dataset_rid=rid)
     else:
         sink_t = WriteToNominal(target, dataset_rid=rid)
     t0, c0 = time.perf_counter(), time.process_time()
     with beam.Pipeline(runner=FnApiRunner()) as p:
-        _ = p | beam.Impulse() | beam.FlatMap(gen, arg) | sink_t
+        _ = p | beam.Impulse() | beam.FlatMap(SHAPES[shape].gen, n) | sink_t
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def _delivered(sink: str, out: Path, rid: str, server: _ServerProcess) -> int:
-    if sink == "nominal-streaming":
-        return _count_avro(str(out / "*.avro"))
-    if sink == "WriteToNominal→avro":
-        return _count_avro(str(out / "data-*.avro"))
-    return sum(s.count for s in server.store.list_series(rid))
+def _drain(outputs: Any) -> None:
+    # Beam iterates what process and finish_bundle return; an output may raise only then.
+    if outputs is not None:
+        for _ in outputs:
+            pass
+
+
+def run_bundles(shape: str, sink: str, n: int, out: Path, rid: str) -> tuple[float, float]:
+    """Drive one DoFn through ``n`` one-element bundles writing under ``out``; returns (wall
+    seconds, CPU seconds of this process) from ``setup`` to the end of ``teardown``."""
+    out.mkdir()
+    dofn: Any
+    if sink == "WriteToNominal":
+        from beam_nominal.beam._dofn import SinkConfig, WriteDoFn
+
+        dofn = WriteDoFn(SinkConfig(target=str(out / "data.avro"), dataset_rid=rid))
+    else:
+        dofn = SHAPES[shape].ns_dofn(str(out))
+    elements = SHAPES[shape].gen(None, n)
+    t0, c0 = time.perf_counter(), time.process_time()
+    dofn.setup()
+    for element in elements:
+        dofn.start_bundle()
+        _drain(dofn.process(element))
+        _drain(dofn.finish_bundle())
+    dofn.teardown()
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def _child(argv: list[str]) -> int:
     """One measurement in a process of its own, after one unmeasured warm-up run of the same sink
     and shape (what one sink leaves in the process must not weigh on the next); prints
     ``wall cpu``."""
-    shape, sink, arg, out, target, rid = argv
+    kind, shape, sink, n, out, target, rid = argv
     logging.getLogger().setLevel(logging.ERROR)
-    run_once(shape, sink, int(arg), Path(out + "-warm"), target, rid + "-warm")
-    wall, cpu = run_once(shape, sink, int(arg), Path(out), target, rid)
+    warm = Path(out + "-warm")
+    if kind == "pipeline":
+        run_pipeline(shape, sink, int(n), warm, target, rid + "-warm")
+        shutil.rmtree(warm)
+        wall, cpu = run_pipeline(shape, sink, int(n), Path(out), target, rid)
+    else:
+        run_bundles(shape, sink, int(n), warm, rid + "-warm")
+        shutil.rmtree(warm)
+        wall, cpu = run_bundles(shape, sink, int(n), Path(out), rid)
     print(wall, cpu)
     return 0
+
+
+def _delivered(sink: str, out: Path, rid: str, server: _ServerProcess | None) -> int:
+    if sink == "nominal-streaming":
+        return _count_avro(str(out / "ns-*.avro"))
+    if sink != GRPC:
+        return _count_avro(str(out / "data-*.avro"))
+    assert server is not None
+    return sum(s.count for s in server.store.list_series(rid))
+
+
+class _Results:
+    """Wall and CPU seconds per (shape, sink) over rounds, and the first delivery failure of each."""
+
+    def __init__(self) -> None:
+        self.wall: dict[tuple[str, str], list[float]] = {}
+        self.cpu: dict[tuple[str, str], list[float]] = {}
+        self.failed: dict[tuple[str, str], str] = {}
+
+    def verified(self, shape: str, sinks: tuple[str, ...]) -> str:
+        failures = {s: self.failed[(shape, s)] for s in sinks if (shape, s) in self.failed}
+        return "yes, every round" if not failures else "; ".join(f"{k}: {v}" for k, v in failures.items())
+
+    def median_wall(self, shape: str, sink: str) -> float:
+        return statistics.median(self.wall[(shape, sink)])
+
+    def median_cpu(self, shape: str, sink: str) -> float:
+        return statistics.median(self.cpu[(shape, sink)])
+
+
+def _measure(
+    kind: str,
+    jobs: list[tuple[str, str, int, int]],
+    rounds: int,
+    work: Path,
+    server: _ServerProcess | None,
+) -> _Results:
+    """Run every (shape, sink, n, points) job once per round, each in a fresh process, the order
+    reversed every other round; check every delivery."""
+    res = _Results()
+    for rnd in range(rounds):
+        for i, (shape, sink, n, points) in enumerate(jobs if rnd % 2 == 0 else jobs[::-1]):
+            out, rid = work / f"{kind}-{shape}-{rnd}-{i}", f"ri.bench.{kind}.{shape}.{rnd}.{i}"
+            cmd = [sys.executable, "-m", "benchmarks.bench_beam", "--child", kind, shape, sink, str(n)]
+            cmd += [str(out), server.target if server else "", rid]
+            reply = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+            wall, cpu = map(float, reply.split())
+            res.wall.setdefault((shape, sink), []).append(wall)
+            res.cpu.setdefault((shape, sink), []).append(cpu)
+            if sink != "discard":
+                got = _delivered(sink, out, rid, server)
+                if got != points:
+                    res.failed.setdefault((shape, sink), f"round {rnd + 1}: GOT {got:,} of {points:,}")
+            shutil.rmtree(out)
+        print(f"{kind}: round {rnd + 1}/{rounds} done", file=sys.stderr, flush=True)
+    return res
+
+
+def _table(head: list[str], rows: list[list[str]]) -> None:
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+def _report_pipelines(res: _Results, shapes: list[str], sinks: tuple[str, ...], scale: float, rounds: int) -> None:
+    ours = [s for s in sinks if s.startswith("WriteToNominal")]
+    print(f"FnApiRunner in-process, {rounds} rounds, medians; points/s over the whole pipeline run\n")
+    rows = []
+    for shape in shapes:
+        _, points = SHAPES[shape].size(scale)
+        rate = {s: points / res.median_wall(shape, s) for s in sinks}
+        rows.append(
+            [shape, f"{points:,}"]
+            + [f"{rate[s] / 1e6:.2f} M" for s in sinks]
+            + [f"{rate[s] / rate['nominal-streaming']:.2f}x" for s in ours]
+            + [res.verified(shape, sinks)]
+        )
+    ratios = [s.removeprefix("WriteToNominal") + " / ns" for s in ours]
+    _table(["shape", "points", *sinks, *ratios, "verified"], rows)
+    # Wall time is what the targets are about, but on shared cores it moves with other jobs' load;
+    # this process's CPU time (all its threads, nominal-streaming's Rust thread included; not the
+    # gRPC server's process) moves much less.
+    print("\nCPU µs per point of the measuring process (medians), and the sink's share over discard:\n")
+    rows = []
+    for shape in shapes:
+        _, points = SHAPES[shape].size(scale)
+        per = {s: res.median_cpu(shape, s) / points * 1e6 for s in sinks}
+        rows.append(
+            [shape]
+            + [f"{per[s]:.3f}" for s in sinks]
+            + [f"{per[AVRO] - per['discard']:.3f} / {per['nominal-streaming'] - per['discard']:.3f}"]
+        )
+    _table(["CPU µs per point", *sinks, "sink →avro / ns sink"], rows)
+
+
+def _report_bundles(res: _Results, shapes: list[str], n: dict[str, int], rounds: int) -> None:
+    ns, ours = BUNDLE_SINKS
+    print("\nOne-element bundles, each DoFn driven directly (setup, N x start_bundle / process /")
+    print(f"finish_bundle, teardown), to Avro files; {rounds} rounds, medians\n")
+    rows = []
+    for shape in shapes:
+        rate = {s: n[s] / res.median_wall(shape, s) for s in BUNDLE_SINKS}
+        cpu = {s: res.median_cpu(shape, s) / n[s] * 1e6 for s in BUNDLE_SINKS}
+        rows.append(
+            [
+                shape,
+                f"{n[ns]:,} / {n[ours]:,}",
+                f"{rate[ns]:,.0f}",
+                f"{rate[ours]:,.0f}",
+                f"{rate[ours] / rate[ns]:.2f}x",
+                f"{cpu[ns]:,.0f}",
+                f"{cpu[ours]:,.0f}",
+                res.verified(shape, BUNDLE_SINKS),
+            ]
+        )
+    head = ["element", "N (ns / ours)", f"{ns} bundles/s", f"{ours} bundles/s", "ours / ns"]
+    _table([*head, f"CPU µs per bundle {ns}", f"CPU µs per bundle {ours}", "verified"], rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--scale", type=float, default=1.0, help="multiply the points per pipeline")
-    ap.add_argument("--only", nargs="*", choices=tuple(SHAPES), help="shapes to run")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply the points per pipeline and the bundles")
+    ap.add_argument("--only", nargs="+", choices=tuple(SHAPES), help="shapes of the pipeline runs")
+    ap.add_argument("--grpc", action="store_true", help="also WriteToNominal to beam-nominal serve over gRPC")
+    ap.add_argument("--measure", nargs="+", choices=("pipelines", "bundles"), default=["pipelines", "bundles"])
+    ap.add_argument("--bundle-shapes", nargs="+", choices=tuple(SHAPES), default=["tuples"])
     if argv is None:
         argv = sys.argv[1:]
     if argv[:1] == ["--child"]:
@@ -235,63 +481,24 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.getLogger().setLevel(logging.ERROR)
     shapes = args.only or list(SHAPES)
-    times: dict[tuple[str, str], list[float]] = {}
-    cpus: dict[tuple[str, str], list[float]] = {}
-    verified: dict[tuple[str, str], str] = {}
-    with tempfile.TemporaryDirectory() as tmp, _ServerProcess(Path(tmp) / "server") as server:
+    sinks = PIPELINE_SINKS + ((GRPC,) if args.grpc else ())
+    n_bundles = {sink: max(1, int(n * args.scale)) for sink, n in BUNDLES.items()}
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        server = stack.enter_context(_ServerProcess(Path(tmp) / "server")) if args.grpc else None
         work = Path(tmp) / "work"
         work.mkdir()
-        for rnd in range(args.rounds):
-            for shape in shapes:
-                arg, points = SHAPES[shape][1](args.scale)
-                order = SINKS if rnd % 2 == 0 else tuple(reversed(SINKS))
-                for sink in order:
-                    tag = f"{shape}-{SINKS.index(sink)}-{rnd}"
-                    out, rid = work / tag, f"ri.bench.{tag}"
-                    cmd = [sys.executable, "-m", "benchmarks.bench_beam", "--child"]
-                    cmd += [shape, sink, str(arg), str(out), server.target, rid]
-                    # Each pipeline in a fresh process (see _child).
-                    reply = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
-                    seconds, cpu = map(float, reply.split())
-                    times.setdefault((shape, sink), []).append(seconds)
-                    cpus.setdefault((shape, sink), []).append(cpu)
-                    if sink != "discard":
-                        got = _delivered(sink, out, rid, server)
-                        if got != points:
-                            verified.setdefault((shape, sink), f"round {rnd}: GOT {got:,} of {points:,}")
-            print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-    print(f"FnApiRunner in-process, {args.rounds} rounds, medians; points/s over the whole pipeline run\n")
-    head = "| shape | points | " + " | ".join(SINKS) + " | →avro / ns | →gRPC / ns | verified |"
-    print(head)
-    print("|" + "---|" * (head.count("|") - 1))
-    for shape in shapes:
-        _, points = SHAPES[shape][1](args.scale)
-        rate = {s: points / statistics.median(times[(shape, s)]) for s in SINKS}
-        failures = {s: verified[(shape, s)] for s in SINKS if (shape, s) in verified}
-        ok = "yes, every round" if not failures else "; ".join(f"{k}: {v}" for k, v in failures.items())
-        print(
-            f"| {shape} | {points:,} | "
-            + " | ".join(f"{rate[s] / 1e6:.2f} M" for s in SINKS)
-            + f" | {rate['WriteToNominal→avro'] / rate['nominal-streaming']:.2f}x"
-            + f" | {rate['WriteToNominal→gRPC'] / rate['nominal-streaming']:.2f}x | {ok} |"
-        )
-    # Wall time is what the targets are about, but on shared cores it moves with other jobs' load;
-    # this process's CPU time (all its threads, nominal-streaming's Rust thread included; not the
-    # gRPC server's process) moves much less.
-    print("\nCPU µs per point of this process (medians), and the sink's share over discard:\n")
-    head = "| shape | " + " | ".join(SINKS) + " | sink →avro / ns sink |"
-    print(head)
-    print("|" + "---|" * (head.count("|") - 1))
-    for shape in shapes:
-        _, points = SHAPES[shape][1](args.scale)
-        per = {s: statistics.median(cpus[(shape, s)]) / points * 1e6 for s in SINKS}
-        ns_sink = per["nominal-streaming"] - per["discard"]
-        ours_sink = per["WriteToNominal→avro"] - per["discard"]
-        print(
-            f"| {shape} | "
-            + " | ".join(f"{per[s]:.3f}" for s in SINKS)
-            + f" | {ours_sink:.3f} / {ns_sink:.3f} |"
-        )
+        if "pipelines" in args.measure:
+            jobs = [(shape, sink, *SHAPES[shape].size(args.scale)) for shape in shapes for sink in sinks]
+            res = _measure("pipeline", jobs, args.rounds, work, server)
+            _report_pipelines(res, shapes, sinks, args.scale, args.rounds)
+        if "bundles" in args.measure:
+            jobs = [
+                (shape, sink, n_bundles[sink], n_bundles[sink] * SHAPES[shape].points_per_element)
+                for shape in args.bundle_shapes
+                for sink in BUNDLE_SINKS
+            ]
+            res = _measure("bundles", jobs, args.rounds, work, None)
+            _report_bundles(res, args.bundle_shapes, n_bundles, args.rounds)
     return 0
 
 
