@@ -13,7 +13,7 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-from apache_beam.utils.secret import Secret
+from apache_beam.transforms.util import Secret  # on every Beam we allow; apache_beam.utils.secret isn't in 2.72
 
 from beam_nominal._wire import metadata as md
 from beam_nominal.beam import WriteToNominal
