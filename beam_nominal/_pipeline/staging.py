@@ -35,6 +35,7 @@ import numpy as np
 
 from beam_nominal._pipeline.values import (
     SCALAR_CONVERTERS,
+    UNCHECKED_TYPES,
     Mismatch,
     arrow_column,
     check_texts,
@@ -54,6 +55,8 @@ __all__ = ["Chunk", "ElementError", "PointBatch"]
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
+#: Checked series names a batch keeps from one bundle to the next, at most.
+_KEYS_KEPT = 65536
 #: Estimated encoded bytes of one timestamp (the stream's budget unit; see buffer.TS_BYTES).
 _TS_BYTES = 16
 
@@ -85,13 +88,14 @@ class _Slot:
 
     __slots__ = ("chunks", "code", "conv", "key", "unchecked", "vtype")
 
-    def __init__(self, code: int, key: SeriesKey, vtype: ValueType) -> None:
+    def __init__(self, code: int, key: SeriesKey, vtype: ValueType, first: type = _NoType) -> None:
         self.code = code
         self.key = key
         self.vtype = vtype
-        #: The Python type appended with no check at all: float in a double series. Ints need
-        #: a range check and strs a UTF-8 check, which ``conv`` does.
-        self.unchecked: type = float if vtype is ValueType.DOUBLE else _NoType
+        #: The Python type appended with no check at all: the type of the series' first value
+        #: when no value of it needs one (a float in a double series; see UNCHECKED_TYPES). Ints
+        #: need a range check and strs a UTF-8 check, which ``conv`` does.
+        self.unchecked: type = first if first in UNCHECKED_TYPES.get(vtype, ()) else _NoType
         #: Checks and normalises one scalar of this type (raises Mismatch), or None for
         #: arrays and structs.
         self.conv = SCALAR_CONVERTERS.get(vtype)
@@ -116,7 +120,8 @@ class _Block:
         ]
         #: Every value a float of a double series, no gaps: settled as one matrix.
         self.plain = not self.checks and all(
-            s is not None and s.unchecked is t for s, t in zip(slots, types, strict=True)
+            s is not None and s.vtype is ValueType.DOUBLE and s.unchecked is t
+            for s, t in zip(slots, types, strict=True)
         )
         #: Points per row.
         self.width = sum(s is not None for s in slots)
@@ -144,8 +149,15 @@ class PointBatch:
         self._untagged: dict[str, _Slot] = {}
         #: (channel, tuple(tags.items())) -> slot: an element's tags, as given.
         self._tagged: dict[tuple[str, tuple[tuple[str, str], ...]], _Slot] = {}
-        #: (series code, int ns, value) triples of single points, in arrival order.
+        #: (series, int ns, value) triples of single points, in arrival order: the series is
+        #: its untagged channel name when it is in ``_doubles``, else its code.
         self.flat: list[Any] = []
+        #: (channel, tag items as given) -> its checked SeriesKey; kept by clear().
+        self._keys: dict[tuple[Any, Any], SeriesKey] = {}
+        #: Channels whose untagged series is double and takes Python floats unchecked.
+        self._doubles: set[str] = set()
+        #: What the flat list names a series by (a channel in _doubles, or a code) -> its code.
+        self._code_of: dict[Any, int] = {}
         #: tag items as given -> the block the last record with those tags went to.
         self._last_block: dict[tuple[tuple[str, str], ...], _Block] = {}
         self._blocks: dict[tuple[Any, ...], _Block] = {}
@@ -164,21 +176,19 @@ class PointBatch:
 
     # -- single points -----------------------------------------------------------------------------
 
-    def add(self, channel: Any, ts: Any, value: Any) -> None:
-        """One point of a series without tags of its own (the batch's tags apply)."""
+    def add_point(self, point: Sequence[Any]) -> None:
+        """One point ``(channel, ts, value)`` of a series without tags of its own (the batch's
+        tags apply). The hot path of the package: a float of a known double series with an int
+        ns timestamp is checked by three type tests and a set lookup, and the point's three
+        fields go to the flat list in one ``extend``, with no tuple made."""
+        channel, ts, value = point
         try:
-            slot = self._untagged.get(channel)
+            plain = type(value) is float and type(ts) is int and channel in self._doubles
         except TypeError:  # an unhashable channel: the checked path names it
-            slot = None
-        if (
-            slot is not None
-            and type(value) is slot.unchecked
-            and type(ts) is int
-            and -9223372036854775808 < ts <= 9223372036854775807
-        ):
-            # Literals, not module constants: this runs once per point, and a global lookup
-            # costs as much as a comparison.
-            self.flat.extend((slot.code, ts, value))
+            plain = False
+        # Literals, not module constants: a global lookup costs as much as a comparison.
+        if plain and -9223372036854775808 < ts <= 9223372036854775807:
+            self.flat.extend(point)
             return
         self.add_tagged(channel, ts, value, None)
 
@@ -364,8 +374,15 @@ class PointBatch:
         self.counted += len(chunk.timestamps)
 
     def clear(self) -> None:
-        """Drop everything, series and their types included (a new bundle starts afresh)."""
+        """Drop everything, series and their types included (a new bundle starts afresh).
+
+        Checked series names are kept (up to ``_KEYS_KEPT``): checking them is a pure function,
+        and a one-element bundle of a wide record would otherwise check a hundred names.
+        """
+        keys = self._keys
         self.__init__(dict(self._base) or None)  # type: ignore[misc]
+        if len(keys) <= _KEYS_KEPT:
+            self._keys = keys
 
     # -- taking -----------------------------------------------------------------------------------
 
@@ -400,6 +417,20 @@ class PointBatch:
         return _Slot(-1, key, ValueType.DOUBLE), True
 
     def _key(self, channel: Any, tags: Any, field: str) -> SeriesKey:
+        cache_key: tuple[Any, Any] | None
+        try:
+            cache_key = (channel, tuple(tags.items()) if tags else ())
+            known = self._keys.get(cache_key)
+        except (TypeError, AttributeError):  # unhashable: the checks below name it
+            cache_key = known = None
+        if known is not None:
+            return known
+        key = self._checked_key(channel, tags, field)
+        if cache_key is not None:
+            self._keys[cache_key] = key
+        return key
+
+    def _checked_key(self, channel: Any, tags: Any, field: str) -> SeriesKey:
         if not isinstance(channel, str) or not channel:
             raise ElementError(field, f"channel must be a non-empty string, got {channel!r:.80}")
         if tags is not None and not isinstance(tags, Mapping):
@@ -421,7 +452,7 @@ class PointBatch:
             raise ElementError("value", f"value of channel {channel!r:.80} is None")
         if new:
             vt, converted = _first_value(channel, value)
-            return _Slot(-1, slot.key, vt), converted
+            return _Slot(-1, slot.key, vt, type(value)), converted
         conv = slot.conv
         if conv is not None:
             try:
@@ -444,11 +475,15 @@ class PointBatch:
             slot.code = len(self._slots)
             self._slots.append(slot)
             self._by_key[slot.key] = slot
+            self._code_of[slot.code] = slot.code
             known = slot
         if tags:
             self._tagged[(channel, tuple(tags.items()))] = known
         else:
             self._untagged[channel] = known
+            if known.vtype is ValueType.DOUBLE and known.unchecked is float:
+                self._doubles.add(channel)
+                self._code_of[channel] = known.code
 
     def _settle(self) -> None:
         """Move single points and rows into their series' chunks."""
@@ -463,7 +498,7 @@ class PointBatch:
     def _settle_flat(self) -> None:
         flat, self.flat = self.flat, []
         n = len(flat) // 3
-        codes = np.fromiter(flat[0::3], np.intp, n)
+        codes = np.fromiter(map(self._code_of.__getitem__, flat[0::3]), np.intp, n)
         ts = np.fromiter(flat[1::3], np.int64, n)
         vals = flat[2::3]
         slots = self._slots

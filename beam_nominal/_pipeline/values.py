@@ -28,6 +28,7 @@ from beam_nominal.model import ValueType
 __all__ = [
     "FIXED_VALUE_BYTES",
     "SCALAR_CONVERTERS",
+    "UNCHECKED_TYPES",
     "Mismatch",
     "arrow_column",
     "check_pin",
@@ -49,6 +50,14 @@ __all__ = [
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _UINT64_MAX = 2**64 - 1
+
+#: Per value type, the Python types every value of which converts to it exactly, with no check
+#: (a Python int needs a range check, a str a UTF-8 check; these need none).
+UNCHECKED_TYPES: dict[ValueType, frozenset[type]] = {
+    ValueType.DOUBLE: frozenset({float, np.float64, np.float32, np.float16}),
+    ValueType.INT64: frozenset({bool, np.bool_, np.int64, np.int32, np.int16, np.int8, np.uint32, np.uint16, np.uint8}),
+    ValueType.UINT64: frozenset({np.uint64}),
+}
 
 #: Estimated encoded bytes of one value of the fixed-width types.
 FIXED_VALUE_BYTES = {ValueType.DOUBLE: 8, ValueType.INT64: 10, ValueType.UINT64: 10}

@@ -113,14 +113,12 @@ def reader_for(element: Any, batch: PointBatch, timestamp_field: str) -> Reader:
 
 
 def _tuple_reader(batch: PointBatch) -> Reader:
-    add = batch.add
+    add_point = batch.add_point
 
     def read(e: Sequence[Any]) -> None:
-        if len(e) == 3:
-            channel, ts, value = e
-            if type(ts) is int:  # the commonest element of all: (channel, int ns, value)
-                add(channel, ts, value)
-                return
+        if len(e) == 3 and type(e[1]) is int:  # the commonest element of all: (channel, int ns, value)
+            add_point(e)
+            return
         n = len(e)
         if n in (2, 3) and isinstance(e[1], Mapping):
             batch.add_record(e[0], e[1], e[2] if n == 3 else None)
@@ -141,7 +139,7 @@ def _tuple_reader(batch: PointBatch) -> Reader:
 
 
 def _mapping_reader(batch: PointBatch, ts_field: str) -> Reader:
-    add, add_tagged, add_record = batch.add, batch.add_tagged, batch.add_record
+    add_point, add_tagged, add_record = batch.add_point, batch.add_tagged, batch.add_record
     skip = (ts_field, "tags")
 
     def read(m: Mapping[str, Any]) -> None:
@@ -149,7 +147,7 @@ def _mapping_reader(batch: PointBatch, ts_field: str) -> Reader:
         if "channel" in m and "value" in m and ts_field in m:
             tags = m.get("tags")
             if tags is None:
-                add(m["channel"], m[ts_field], m["value"])
+                add_point((m["channel"], m[ts_field], m["value"]))
             else:
                 add_tagged(m["channel"], m[ts_field], m["value"], tags)
             return
@@ -172,9 +170,11 @@ def _named_reader(batch: PointBatch, fields: list[str], ts_field: str) -> Reader
     ti = idx.get("tags")
     if kind == _POINT:
         ci, tsi, vi = idx["channel"], idx[ts_field], idx["value"]
-        add, add_tagged = batch.add, batch.add_tagged
+        add_point, add_tagged = batch.add_point, batch.add_tagged
+        if (ci, tsi, vi) == (0, 1, 2) and ti is None and len(fields) == 3:
+            return add_point  # a NamedTuple (channel, timestamp, value) is the point itself
         if ti is None:
-            return lambda e: add(e[ci], e[tsi], e[vi])
+            return lambda e: add_point((e[ci], e[tsi], e[vi]))
         return lambda e: add_tagged(e[ci], e[tsi], e[vi], e[ti])
     if kind == _SERIES:
         ci, tsi, vi = idx["channel"], idx["timestamps"], idx["values"]
