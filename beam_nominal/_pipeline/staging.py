@@ -176,21 +176,28 @@ class PointBatch:
 
     # -- single points -----------------------------------------------------------------------------
 
-    def add_point(self, point: Sequence[Any]) -> None:
-        """One point ``(channel, ts, value)`` of a series without tags of its own (the batch's
-        tags apply). The hot path of the package: a float of a known double series with an int
-        ns timestamp is checked by three type tests and a set lookup, and the point's three
-        fields go to the flat list in one ``extend``, with no tuple made."""
-        channel, ts, value = point
+    def add_fast(self, point: Any) -> bool:
+        """Append ``(channel, int ns, float)`` of a known untagged double series, or do nothing
+        and return False (the caller then takes the checked path, :meth:`add_tagged`).
+
+        The hot path of the package, and the only copy of it: three type tests and a set
+        lookup, and the point's three fields go to the flat list in one ``extend``, no tuple
+        made. Any other sequence, or a point it does not take, returns False.
+        """
         try:
-            plain = type(value) is float and type(ts) is int and channel in self._doubles
-        except TypeError:  # an unhashable channel: the checked path names it
-            plain = False
-        # Literals, not module constants: a global lookup costs as much as a comparison.
-        if plain and -9223372036854775808 < ts <= 9223372036854775807:
-            self.flat.extend(point)
-            return
-        self.add_tagged(channel, ts, value, None)
+            channel, ts, value = point
+            # Literals, not module constants: a global lookup costs as much as a comparison.
+            if (
+                type(value) is float
+                and type(ts) is int
+                and channel in self._doubles
+                and -9223372036854775808 < ts <= 9223372036854775807
+            ):
+                self.flat.extend(point)
+                return True
+        except (TypeError, ValueError):  # not three items, or an unhashable channel
+            pass
+        return False
 
     def add_tagged(self, channel: Any, ts: Any, value: Any, tags: Any) -> None:
         """One point; ``tags`` (a mapping or None) are merged over the batch's tags."""

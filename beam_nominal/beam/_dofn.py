@@ -38,7 +38,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from beam_nominal._pipeline.staging import Chunk, ElementError, PointBatch
+from beam_nominal._pipeline.staging import Chunk, PointBatch
 from beam_nominal._pipeline.uploader import WorkerPool
 from beam_nominal.beam._elements import ELEMENT_ERRORS, FailedElement, Reader, failed, reader_for
 from beam_nominal.beam._metrics import MeasuredTarget, SinkMetrics
@@ -177,6 +177,8 @@ class WriteDoFn(beam.DoFn):
         self._stream: Any = None
         self._batch = PointBatch(config.tags)
         self._readers: dict[type, Reader] = {}
+        #: ``batch.flat`` holds three items per point.
+        self._flat_limit = 3 * HANDOVER_POINTS
 
     def __getstate__(self) -> dict[str, Any]:
         # Config only: a half-used instance must never ship a live stream or channel.
@@ -217,22 +219,23 @@ class WriteDoFn(beam.DoFn):
         )
 
     def process(self, element: Any) -> Iterable[FailedElement]:
-        try:
-            read = self._readers[type(element)]
-        except KeyError:
-            try:
-                read = reader_for(element, self._batch, self._config.timestamp_field)
-            except ElementError as exc:
-                return self._fail(element, exc)
-            self._readers[type(element)] = read
-        try:
-            read(element)
-        except ELEMENT_ERRORS as exc:
-            return self._fail(element, exc)
         batch = self._batch
-        if batch.counted >= HANDOVER_POINTS or len(batch.flat) >= 3 * HANDOVER_POINTS:
+        # The commonest element of all, (channel, int ns, float), costs one call here; any
+        # other goes to the reader of its class.
+        if type(element) is not tuple or not batch.add_fast(element):
+            try:
+                read = self._readers.get(type(element)) or self._reader(element)
+                read(element)
+            except ELEMENT_ERRORS as exc:
+                return self._fail(element, exc)
+        if len(batch.flat) >= self._flat_limit or batch.counted >= HANDOVER_POINTS:
             self._stream.enqueue_chunks(batch.take())
         return ()
+
+    def _reader(self, element: Any) -> Reader:
+        read = reader_for(element, self._batch, self._config.timestamp_field)
+        self._readers[type(element)] = read
+        return read
 
     def _fail(self, element: Any, exc: Exception) -> list[FailedElement]:
         assert self._metrics is not None

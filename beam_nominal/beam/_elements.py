@@ -91,6 +91,9 @@ def _is_column(value: Any) -> bool:
 def reader_for(element: Any, batch: PointBatch, timestamp_field: str) -> Reader:
     """The reader for elements of ``type(element)``, appending to ``batch``.
 
+    A reader may assume ``batch.add_fast`` already refused the element when it is a plain tuple
+    (the DoFn tries that first, see ``_dofn.WriteDoFn.process``).
+
     Raises:
         ElementError: the class is not an element shape.
     """
@@ -98,27 +101,21 @@ def reader_for(element: Any, batch: PointBatch, timestamp_field: str) -> Reader:
     if cls is tuple or cls is list:
         return _tuple_reader(batch)
     if cls is dict or isinstance(element, Mapping):
-        return _mapping_reader(batch, timestamp_field)
+        return _mapping_reader(batch, timestamp_field, None)
     if cls.__name__ in ("Table", "RecordBatch") and cls.__module__.startswith("pyarrow"):
         return lambda table: batch.add_table(table, timestamp_field)
     if isinstance(element, tuple) and hasattr(cls, "_fields"):
         return _named_reader(batch, list(cls._fields), timestamp_field)
     if cls.__name__ == "Row" and cls.__module__.startswith("apache_beam"):
-        read_mapping = _mapping_reader(batch, timestamp_field)
         # A Row's fields are its __dict__: read in place, where as_dict() would copy them.
-        return lambda row: read_mapping(vars(row))
+        return _mapping_reader(batch, timestamp_field, vars)
     raise ElementError(
         "element", f"unsupported element type {cls.__name__}: expected a point, series, wide record or Arrow table"
     )
 
 
 def _tuple_reader(batch: PointBatch) -> Reader:
-    add_point = batch.add_point
-
     def read(e: Sequence[Any]) -> None:
-        if len(e) == 3 and type(e[1]) is int:  # the commonest element of all: (channel, int ns, value)
-            add_point(e)
-            return
         n = len(e)
         if n in (2, 3) and isinstance(e[1], Mapping):
             batch.add_record(e[0], e[1], e[2] if n == 3 else None)
@@ -138,18 +135,18 @@ def _tuple_reader(batch: PointBatch) -> Reader:
     return read
 
 
-def _mapping_reader(batch: PointBatch, ts_field: str) -> Reader:
-    add_point, add_tagged, add_record = batch.add_point, batch.add_tagged, batch.add_record
+def _mapping_reader(batch: PointBatch, ts_field: str, fields_of: Callable[[Any], Any] | None) -> Reader:
+    add_fast, add_tagged, add_record = batch.add_fast, batch.add_tagged, batch.add_record
     skip = (ts_field, "tags")
 
-    def read(m: Mapping[str, Any]) -> None:
+    def read(element: Any) -> None:
+        m = element if fields_of is None else fields_of(element)
         # A point, the common case, is known by three keys; anything else is classified.
         if "channel" in m and "value" in m and ts_field in m:
             tags = m.get("tags")
-            if tags is None:
-                add_point((m["channel"], m[ts_field], m["value"]))
-            else:
-                add_tagged(m["channel"], m[ts_field], m["value"], tags)
+            point = (m["channel"], m[ts_field], m["value"])
+            if tags is not None or not add_fast(point):
+                add_tagged(*point, tags)
             return
         kind = _kind_of_fields(m, ts_field)
         if kind == _SERIES:
@@ -170,14 +167,24 @@ def _named_reader(batch: PointBatch, fields: list[str], ts_field: str) -> Reader
     ti = idx.get("tags")
     if kind == _POINT:
         ci, tsi, vi = idx["channel"], idx[ts_field], idx["value"]
-        add_point, add_tagged = batch.add_point, batch.add_tagged
-        if (ci, tsi, vi) == (0, 1, 2) and ti is None and len(fields) == 3:
-            return add_point  # a NamedTuple (channel, timestamp, value) is the point itself
-        if ti is None:
-            return lambda e: add_point((e[ci], e[tsi], e[vi]))
-        return lambda e: add_tagged(e[ci], e[tsi], e[vi], e[ti])
+        add_fast, add_tagged = batch.add_fast, batch.add_tagged
+        if (ci, tsi, vi) == (0, 1, 2) and len(fields) == 3:
+            # (channel, timestamp, value) in that order: the point itself.
+            def read_plain(e: Any) -> None:
+                if not add_fast(e):
+                    add_tagged(e[0], e[1], e[2], None)
+
+            return read_plain
+
+        def read_point(e: Any) -> None:
+            point = (e[ci], e[tsi], e[vi])
+            tags = e[ti] if ti is not None else None
+            if tags is not None or not add_fast(point):
+                add_tagged(*point, tags)
+
+        return read_point
     if kind == _SERIES:
         ci, tsi, vi = idx["channel"], idx["timestamps"], idx["values"]
         return lambda e: batch.add_series(e[ci], e[tsi], e[vi], e[ti] if ti is not None else None)
-    read_mapping = _mapping_reader(batch, ts_field)
+    read_mapping = _mapping_reader(batch, ts_field, None)
     return lambda e: read_mapping(e._asdict())
