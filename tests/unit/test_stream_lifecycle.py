@@ -162,7 +162,7 @@ def test_linger_cuts_partial_buffers_by_the_injected_clock() -> None:
 
 
 def test_unknown_setting_is_rejected() -> None:
-    with pytest.raises(TypeError, match="unknown setting 'max_batch'"):
+    with pytest.raises(TypeError, match="NominalStream got an unknown setting max_batch=3"):
         NominalStream(RecordingTarget(), dataset_rid="ri.x.1", max_batch=3)
     with pytest.raises(ValueError, match="at least twice"):
         NominalStream(RecordingTarget(), dataset_rid="ri.x.1", max_request_bytes=4096, max_buffered_bytes=4096)
