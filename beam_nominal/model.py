@@ -128,6 +128,10 @@ class SeriesKey(NamedTuple):
         for k, v in tags.items():
             if not isinstance(k, str) or not isinstance(v, str):
                 raise ValueError(f"tags of channel {channel!r} must map str to str, got {k!r}: {v!r:.80}")
+            if len(k) > MAX_NAME_CHARS or len(v) > MAX_NAME_CHARS:
+                raise ValueError(
+                    f"tag {k[:40]!r}: {v[:40]!r} of channel {channel!r:.80} is over {MAX_NAME_CHARS} characters"
+                )
         return cls(channel, tuple(sorted(tags.items())))
 
     @property

@@ -51,7 +51,7 @@ from beam_nominal._pipeline.values import (
 from beam_nominal.errors import SeriesTypeError
 from beam_nominal.model import SeriesKey, ValueType, timestamp_ns, timestamps_ns
 
-__all__ = ["Chunk", "ElementError", "PointBatch"]
+__all__ = ["Chunk", "ElementError", "PointBatch", "is_column"]
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -105,7 +105,7 @@ class _Slot:
 class _Block:
     """Rows of wide records that share their channels, value types and tags."""
 
-    __slots__ = ("checks", "keys", "plain", "rows", "slots", "ts", "types", "width")
+    __slots__ = ("checks", "keys", "plain", "rows", "seq", "slots", "ts", "types", "width")
 
     def __init__(self, keys: tuple[Any, ...], types: tuple[type, ...], slots: list[_Slot | None]) -> None:
         self.keys = keys
@@ -113,6 +113,8 @@ class _Block:
         #: One per column; None where the record's value is None (a gap).
         self.slots = slots
         #: (column, converter) for the values that need a check per row (ints, strs).
+        #: Sequence numbers of the rows' records in the batch (order across blocks).
+        self.seq: list[int] = []
         self.checks = [
             (j, s.conv)
             for j, (s, t) in enumerate(zip(slots, types, strict=True))
@@ -155,17 +157,23 @@ class PointBatch:
         #: (channel, tag items as given) -> its checked SeriesKey; kept by clear().
         self._keys: dict[tuple[Any, Any], SeriesKey] = {}
         #: Channels whose untagged series is double and takes Python floats unchecked.
-        self._doubles: set[str] = set()
+        self._all_doubles: set[str] = set()
+        #: What add_fast takes: _all_doubles, or nothing while rows are pending (so a single
+        #: point after a wide record's row takes the checked path, which settles the rows
+        #: first and keeps each series in arrival order).
+        self._doubles: set[str] | frozenset[str] = self._all_doubles
         #: What the flat list names a series by (a channel in _doubles, or a code) -> its code.
         self._code_of: dict[Any, int] = {}
         #: tag items as given -> the block the last record with those tags went to.
-        self._last_block: dict[tuple[tuple[str, str], ...], _Block] = {}
+        self._last_block: dict[tuple[Any, ...], _Block] = {}
         self._blocks: dict[tuple[Any, ...], _Block] = {}
         #: Points in rows and settled chunks (single points are ``len(flat) // 3``): with
         #: ``flat``, what a writer reads to decide when to hand the batch over.
         self.counted = 0
         #: Some block holds rows.
         self._rows = False
+        #: Records appended to blocks so far (their rows' sequence numbers).
+        self._seq = 0
 
     # -- size --------------------------------------------------------------------------------------
 
@@ -206,6 +214,8 @@ class PointBatch:
         slot, value = self._value_for(slot, new, value)
         if new:
             self._register(slot, channel, tags)
+        if self._rows:
+            self._settle_rows()
         self.flat.extend((slot.code, t, value))
 
     # -- wide records -----------------------------------------------------------------------------
@@ -222,22 +232,30 @@ class PointBatch:
         items = _tag_items(tags)
         keys = tuple(record)
         types = tuple(map(type, record.values()))
-        block = self._last_block.get(items)
+        block = self._last_block.get((items, skip))
         if block is None or block.keys != keys or block.types != types:
-            block = self._blocks.get((keys, types, items)) or self._new_block(keys, types, record, tags, items, skip)
+            block = self._blocks.get((keys, types, items, skip)) or self._new_block(
+                keys, types, record, tags, items, skip
+            )
             if block is None:
                 self._record_by_points(t, record, tags, skip)
                 return
-            self._last_block[items] = block
+            self._last_block[(items, skip)] = block
         row = list(record.values())
         for j, conv in block.checks:
             try:
                 row[j] = conv(row[j])
             except (Mismatch, UnicodeEncodeError):
                 raise _bad_value(block.keys[j], block.slots[j], row[j]) from None  # type: ignore[arg-type]
+        if self.flat:
+            self._settle_flat()  # single points that came first stay first
         block.ts.append(t)
         block.rows.append(row)
-        self._rows = True
+        block.seq.append(self._seq)
+        self._seq += 1
+        if not self._rows:
+            self._rows = True
+            self._doubles = frozenset()
         self.counted += block.width
 
     def _new_block(
@@ -266,10 +284,12 @@ class PointBatch:
             slots.append(slot)
             if is_new:
                 new.append((slot, name))
+        if not any(slots):
+            self._key("_", tags, "channels")  # nothing but gaps: its tags must still be tags
         for slot, name in new:
             self._register(slot, name, tags)
         block = _Block(keys, types, slots)
-        self._blocks[(keys, types, items)] = block
+        self._blocks[(keys, types, items, skip)] = block
         return block
 
     def _record_by_points(self, t: int, record: Mapping[Any, Any], tags: Any, skip: tuple[str, ...]) -> None:
@@ -280,6 +300,8 @@ class PointBatch:
             slot, new = self._slot_for(name, tags, field="channels")
             slot, converted = self._value_for(slot, new, value, name)
             checked.append((slot, new, name, converted))
+        if self._rows:
+            self._settle_rows()
         for slot, new, name, converted in checked:
             if new:
                 self._register(slot, name, tags)
@@ -291,11 +313,11 @@ class PointBatch:
         """A run of points of one series as two columns (arrays or sequences)."""
         slot, new = self._slot_for(channel, tags)
         timestamps, values = _as_column(timestamps), _as_column(values)
-        if not _is_column(timestamps):
+        if not is_column(timestamps):
             raise ElementError(
                 "timestamps", f"timestamps must be an array or sequence, got {type(timestamps).__name__}"
             )
-        if not _is_column(values):
+        if not is_column(values):
             raise ElementError("values", f"values must be an array or sequence, got {type(values).__name__}")
         if len(timestamps) != len(values):
             raise ElementError(
@@ -442,14 +464,18 @@ class PointBatch:
             raise ElementError(field, f"channel must be a non-empty string, got {channel!r:.80}")
         if tags is not None and not isinstance(tags, Mapping):
             raise ElementError("tags", f"tags must be a mapping of str to str, got {type(tags).__name__}")
+        try:
+            SeriesKey.of(channel)
+            check_texts(channel, "channel name", (channel,))
+        except ValueError as exc:
+            raise ElementError(field, str(exc)) from None
         merged = {**dict(self._base), **tags} if tags and self._base else (tags or dict(self._base))
         try:
             key = SeriesKey.of(channel, merged)
-            check_texts(channel, "channel name", (channel,))
             for k, v in key.tags:
                 check_texts(channel, "tag", (k, v))
         except ValueError as exc:
-            raise ElementError("tags" if merged and "tag" in str(exc) else field, str(exc)) from None
+            raise ElementError("tags", str(exc)) from None
         return key
 
     def _value_for(self, slot: _Slot, new: bool, value: Any, name: Any = None) -> tuple[_Slot, Any]:
@@ -464,7 +490,7 @@ class PointBatch:
         if conv is not None:
             try:
                 return slot, conv(value)
-            except Mismatch:
+            except (Mismatch, UnicodeEncodeError):
                 raise _bad_value(channel, slot, value) from None
         if slot.vtype is ValueType.STRUCT:
             if not isinstance(value, Mapping):
@@ -489,18 +515,16 @@ class PointBatch:
         else:
             self._untagged[channel] = known
             if known.vtype is ValueType.DOUBLE and known.unchecked is float:
-                self._doubles.add(channel)
+                self._all_doubles.add(channel)
                 self._code_of[channel] = known.code
 
     def _settle(self) -> None:
-        """Move single points and rows into their series' chunks."""
+        """Move single points and rows into their series' chunks (at most one of the two is
+        pending: each settles the other before it takes a point)."""
         if self.flat:
             self._settle_flat()
         if self._rows:
-            for block in self._blocks.values():
-                if block.rows:
-                    self._settle_block(block)
-            self._rows = False
+            self._settle_rows()
 
     def _settle_flat(self) -> None:
         flat, self.flat = self.flat, []
@@ -530,22 +554,41 @@ class PointBatch:
             start = end
         self.counted += n
 
-    def _settle_block(self, block: _Block) -> None:
-        ts = np.fromiter(block.ts, np.int64, len(block.ts))
-        rows, block.ts, block.rows = block.rows, [], []
-        if block.plain:
-            # One conversion for the block; each column a contiguous row of the transpose,
-            # sharing one timestamps array (the encoders write a shared array once).
-            matrix = np.array(rows, dtype=np.float64).T.copy()
-            for j, slot in enumerate(block.slots):
-                assert slot is not None
-                slot.chunks.append((ts, matrix[j], 24 * len(ts)))
-            return
-        for j, slot in enumerate(block.slots):
-            if slot is None:
+    def _settle_rows(self) -> None:
+        # Per series, its columns from every block; a series in several blocks (records of
+        # different channel sets) has its pieces merged back into record order.
+        pieces: dict[int, list[tuple[Any, Any, Any]]] = {}
+        for block in self._blocks.values():
+            if not block.rows:
                 continue
-            col = [r[j] for r in rows]
-            self._add_settled(slot, ts, col)
+            n = len(block.ts)
+            ts = np.fromiter(block.ts, np.int64, n)
+            seq = np.fromiter(block.seq, np.int64, n)
+            rows, block.ts, block.rows, block.seq = block.rows, [], [], []
+            if block.plain:
+                # One conversion for the block; each column a contiguous row of the transpose,
+                # sharing one timestamps array (the encoders write a shared array once).
+                matrix = np.array(rows, dtype=np.float64).T.copy()
+                columns: Any = iter(matrix)
+            else:
+                columns = ([r[j] for r in rows] if slot is not None else None for j, slot in enumerate(block.slots))
+            for slot, col in zip(block.slots, columns, strict=True):
+                if slot is not None:
+                    pieces.setdefault(slot.code, []).append((seq, ts, col))
+        for code, parts in pieces.items():
+            if len(parts) == 1:
+                _, ts, col = parts[0]
+            else:
+                order = np.concatenate([p[0] for p in parts]).argsort(kind="stable")
+                ts = np.concatenate([p[1] for p in parts])[order]
+                if all(isinstance(p[2], np.ndarray) for p in parts):
+                    col = np.concatenate([p[2] for p in parts])[order]
+                else:
+                    joined = [v for p in parts for v in p[2]]
+                    col = list(map(joined.__getitem__, order.tolist()))
+            self._add_settled(self._slots[code], ts, col)
+        self._rows = False
+        self._doubles = self._all_doubles
 
     def _add_settled(self, slot: _Slot, ts: Any, vals: Any) -> None:
         vt = slot.vtype
@@ -608,12 +651,18 @@ def _tag_items(tags: Any) -> tuple[tuple[str, str], ...]:
         raise ElementError("tags", f"tags must be a mapping of str to str, got {type(tags).__name__}") from None
 
 
-def _is_column(value: Any) -> bool:
-    return isinstance(value, (np.ndarray, list, tuple))
+def is_column(value: Any) -> bool:
+    """Whether a field holds a column (of a series element) rather than one value."""
+    return isinstance(value, (np.ndarray, list, tuple)) or _is_arrow_array(value)
+
+
+def _is_arrow_array(value: Any) -> bool:
+    # pyarrow's Array subclasses (Int64Array ...) and ChunkedArray; pyarrow is not imported here.
+    return type(value).__module__.startswith("pyarrow") and hasattr(value, "to_numpy") and hasattr(value, "null_count")
 
 
 def _as_column(value: Any) -> Any:
-    if type(value).__name__ in ("Array", "ChunkedArray"):
+    if _is_arrow_array(value):
         return value.to_numpy(zero_copy_only=False)
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes, list, tuple)):
         return list(value)

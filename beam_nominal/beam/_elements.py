@@ -20,9 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-import numpy as np
-
-from beam_nominal._pipeline.staging import ElementError, PointBatch
+from beam_nominal._pipeline.staging import ElementError, PointBatch, is_column
 
 __all__ = ["ELEMENT_ERRORS", "ElementError", "FailedElement", "reader_for"]
 
@@ -84,10 +82,6 @@ def _kind_of_fields(names: Any, timestamp_field: str) -> str:
     )
 
 
-def _is_column(value: Any) -> bool:
-    return isinstance(value, (np.ndarray, list, tuple)) or type(value).__name__ in ("Array", "ChunkedArray")
-
-
 def reader_for(element: Any, batch: PointBatch, timestamp_field: str) -> Reader:
     """The reader for elements of ``type(element)``, appending to ``batch``.
 
@@ -127,7 +121,7 @@ def _tuple_reader(batch: PointBatch) -> Reader:
                 "(channel, timestamps, values[, tags]) or (timestamp, {channel: value}[, tags])",
             )
         tags = e[3] if n == 4 else None
-        if _is_column(e[1]):
+        if is_column(e[1]):
             batch.add_series(e[0], e[1], e[2], tags)
         else:
             batch.add_tagged(e[0], e[1], e[2], tags)
