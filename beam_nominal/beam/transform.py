@@ -25,6 +25,7 @@ import apache_beam as beam
 from apache_beam.pvalue import PCollection
 from apache_beam.transforms.util import GroupIntoBatches
 
+from beam_nominal._pipeline.staging import PointBatch
 from beam_nominal.beam._dofn import FAILED_TAG, SinkConfig, ToChunksDoFn, WriteChunksDoFn, WriteDoFn
 from beam_nominal.settings import resolve
 from beam_nominal.targets._factory import http_options
@@ -179,6 +180,11 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             for k, v in tags.items():
                 if not isinstance(k, str) or not isinstance(v, str):
                     raise ValueError(f"tags must map str to str, got {k!r}: {v!r:.80}")
+            try:
+                # The rule every series key obeys (lengths), here rather than on every worker.
+                PointBatch(tags)
+            except ValueError as exc:
+                raise ValueError(f"WriteToNominal tags: {exc}") from None
         settings.pop("linger", None)
         # Checked here, naming the setting, rather than on every worker at every bundle.
         resolve(owner="WriteToNominal", **settings)

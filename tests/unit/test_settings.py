@@ -75,3 +75,11 @@ def test_write_to_nominal_refuses_a_bad_setting_at_construction(
     assert shown in str(info.value)
     if error is TypeError and "=" in shown:
         assert "WriteToNominal" in str(info.value) and "max_in_flight" in str(info.value)
+
+
+def test_write_to_nominal_refuses_an_over_long_tag_at_construction() -> None:
+    from beam_nominal.beam import WriteToNominal
+
+    with pytest.raises(ValueError, match="over 1024 characters"):
+        WriteToNominal("grpc://127.0.0.1:1", dataset_rid="ri.x", tags={"site": "x" * 1025})
+    WriteToNominal("grpc://127.0.0.1:1", dataset_rid="ri.x", tags={"site": "x" * 1024})
