@@ -373,6 +373,7 @@ class _Core:
                 if abandoned:
                     self.in_flight.clear()
                     self.in_flight_bytes = 0
+                    self.cond.notify_all()  # a flush waiting on these must not wait on
                     error = self._timeout_error(
                         f"close timed out after {timeout}s", [r for r, _ in abandoned], write_off=True
                     )
