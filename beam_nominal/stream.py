@@ -38,7 +38,7 @@ import numpy as np
 from beam_nominal._pipeline import values as _values
 from beam_nominal._pipeline.buffer import TS_BYTES, Buffer, SeriesBuffer
 from beam_nominal._pipeline.packer import cut_requests
-from beam_nominal._pipeline.staging import Chunk
+from beam_nominal._pipeline.staging import Chunk, PointBatch
 from beam_nominal._pipeline.uploader import Outcome, Uploader, WorkerPool
 from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
 from beam_nominal.model import SeriesKey, ValueType, timestamp_ns, timestamps_ns
@@ -791,6 +791,10 @@ class NominalStream:
         c.submit(reqs)
         return True
 
+    def _pinned_key(self, key: SeriesKey) -> ValueType | None:
+        s = self._core.buffer.series.get(key)
+        return s.vtype if s is not None else None
+
     def _pinned(self, channel: str, tags: Mapping[str, str] | None) -> ValueType | None:
         buf = self._core.buffer
         s = buf.lookup(channel, tags) or buf.series.get(SeriesKey.of(channel, tags))
@@ -906,41 +910,12 @@ class NominalStream:
             SeriesTypeError / TypeError: a column conflicts with its series or has no Nominal type;
                 nothing from the table is buffered.
         """
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        if isinstance(table, pa.RecordBatch):
-            table = pa.Table.from_batches([table])
-        if timestamp_column not in table.column_names:
-            raise ValueError(f"table has no timestamp column {timestamp_column!r}; columns: {table.column_names}")
-        tcol = table.column(timestamp_column)
-        if tcol.null_count:
-            raise ValueError(f"timestamp column {timestamp_column!r} has {tcol.null_count} nulls")
-        if pa.types.is_timestamp(tcol.type):
-            ts_all = pc.cast(tcol, pa.timestamp("ns", tcol.type.tz)).combine_chunks().cast(pa.int64())
-            ts_np = np.asarray(ts_all.to_numpy(), dtype=np.int64)
-        elif pa.types.is_integer(tcol.type):
-            ts_np = timestamps_ns(tcol.combine_chunks().to_numpy())
-        else:
-            raise TypeError(f"timestamp column {timestamp_column!r} has type {tcol.type}; use timestamp or int64 ns")
-        prepared = []
         self._core.check_open()
-        names = [n for n in table.column_names if n != timestamp_column]
-        pinned = {name: self._pinned(name, tags) for name in names}
-        for name in table.column_names:
-            if name == timestamp_column:
-                continue
-            col = table.column(name).combine_chunks()
-            ts = ts_np
-            if col.null_count:
-                keep = pc.is_valid(col).to_numpy(zero_copy_only=False)
-                col = col.filter(pc.is_valid(col))
-                ts = ts_np[keep]
-            vt, vals, vbytes = _values.arrow_column(name, col, pinned[name])
-            prepared.append((name, vt, np.array(ts, dtype=np.int64), vals, vbytes + TS_BYTES * len(ts)))
-        for name, vt, ts, vals, nbytes in prepared:
-            if len(ts):
-                self._add_chunk(name, tags, vt, ts, vals, nbytes)
+        # The one reading of Arrow tables (PointBatch.add_table), checked against this stream's
+        # pins; everything is checked before anything is buffered.
+        batch = PointBatch(tags, pinned=self._pinned_key)
+        batch.add_table(table, timestamp_column)
+        self.enqueue_chunks(batch.take())
 
     # -- delivery and lifecycle ------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ conversion rules). Nothing here is thread-safe: one writer owns a batch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -136,6 +136,8 @@ class PointBatch:
 
     Args:
         tags: tags of every series (an element's own tags win on a clash).
+        pinned: the type a series already has where the batch goes (a stream's pin), or None;
+            values of such a series are checked against it.
 
     Every ``add*`` method raises :class:`ElementError` (shape, channel, tags, timestamp),
     :class:`~beam_nominal.errors.SeriesTypeError` (a value conflicting with its series' type)
@@ -143,8 +145,14 @@ class PointBatch:
     appended nothing of the element.
     """
 
-    def __init__(self, tags: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        tags: Mapping[str, str] | None = None,
+        pinned: Callable[[SeriesKey], ValueType | None] | None = None,
+    ) -> None:
         self._base: tuple[tuple[str, str], ...] = SeriesKey.of("_", tags).tags if tags else ()
+        #: The type a series already has where the batch will go (a stream's pins), if any.
+        self._pinned = pinned
         self._slots: list[_Slot] = []
         self._by_key: dict[SeriesKey, _Slot] = {}
         #: channel -> slot, for elements without tags of their own.
@@ -409,7 +417,7 @@ class PointBatch:
         and a one-element bundle of a wide record would otherwise check a hundred names.
         """
         keys = self._keys
-        self.__init__(dict(self._base) or None)  # type: ignore[misc]
+        self.__init__(dict(self._base) or None, self._pinned)  # type: ignore[misc]
         if len(keys) <= _KEYS_KEPT:
             self._keys = keys
 
@@ -440,8 +448,13 @@ class PointBatch:
             return slot, False
         key = self._key(channel, tags, field)
         known = self._by_key.get(key)
+        if known is None and self._pinned is not None:
+            vt = self._pinned(key)
+            if vt is not None:
+                # Typed already where the batch goes: a slot of that type pins nothing new.
+                known = _Slot(-1, key, vt)
         if known is not None:
-            self._register(known, channel, tags)  # a new spelling of known tags: cache it
+            self._register(known, channel, tags)  # new to the batch, or a new spelling of known tags
             return known, False
         return _Slot(-1, key, ValueType.DOUBLE), True
 
