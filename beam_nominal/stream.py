@@ -33,15 +33,13 @@ from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any
 
-import numpy as np
-
 from beam_nominal._pipeline import values as _values
-from beam_nominal._pipeline.buffer import TS_BYTES, Buffer, SeriesBuffer
+from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._pipeline.packer import cut_requests
 from beam_nominal._pipeline.staging import Chunk, PointBatch
 from beam_nominal._pipeline.uploader import Outcome, Uploader, WorkerPool
 from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
-from beam_nominal.model import SeriesKey, ValueType, timestamp_ns, timestamps_ns
+from beam_nominal.model import SeriesKey, ValueType
 from beam_nominal.settings import BatchSettings, RetrySettings, UploadSettings, resolve
 from beam_nominal.targets.base import Request, Target
 
@@ -49,9 +47,10 @@ __all__ = ["DeliveryReport", "NominalStream", "StreamState"]
 
 _log = logging.getLogger("beam_nominal.stream")
 
-_TS_MIN = -(2**63)
-_TS_MAX = 2**63 - 1
-_Mismatch = _values.Mismatch
+#: Single points (three flat items each) a stream stages before they move into its buffer, and
+#: points of wide records: bounds what the budget does not see yet.
+_SETTLE_POINTS = 4096
+_SETTLE_FLAT = 3 * _SETTLE_POINTS
 
 class StreamState(str, enum.Enum):
     """Where a stream is in its life. Legal transitions, and nothing else::
@@ -132,6 +131,8 @@ class _Core:
         self.cond = threading.Condition(self.lock)
         self.close_lock = threading.Lock()
         self.buffer = Buffer()
+        #: Checked points not yet in the buffer (every write goes through it; see the facade).
+        self.staged = PointBatch()
         self.state = StreamState.OPEN
         #: ``state is OPEN``, as a plain bool for the hot path.
         self.accepting = True
@@ -178,7 +179,7 @@ class _Core:
         """Backpressure, lock held, before anything of the call is buffered: return once buffered
         plus in-flight bytes are under budget, or raise BackpressureError if not blocking."""
         buf = self.buffer
-        buf.settle()
+        self.move_staged()
         if buf.nbytes >= self.max_bytes or buf.points >= self.max_points:
             # Send what can be cut first: in-flight requests are what frees room.
             self.cut_and_register(final=False)
@@ -201,7 +202,15 @@ class _Core:
         self.full = False
         self.gate = not self.accepting
 
+    def move_staged(self) -> None:
+        """Lock held: move what the PointBatch holds into the buffer (types already agree: the
+        batch checks against its own series, which are the buffer's)."""
+        buf = self.buffer
+        for chunk in self.staged.take():
+            buf.add_chunk(buf.pin_key(chunk.key, chunk.vtype), chunk.timestamps, chunk.values, chunk.nbytes)
+
     def cut_and_register(self, final: bool) -> list[Request]:
+        self.move_staged()
         cuts = cut_requests(
             self.buffer,
             dataset_rid=self.dataset_rid,
@@ -229,7 +238,7 @@ class _Core:
             Requests to submit once the lock is released.
         """
         buf = self.buffer
-        buf.settle()
+        self.move_staged()
         if buf.nbytes >= self.max_bytes or buf.points >= self.max_points:
             self.cut_and_register(final=False)
         self.full = buf.nbytes + self.in_flight_bytes >= self.budget
@@ -583,6 +592,12 @@ class NominalStream:
             return self._core.report()
 
     # -- writes ----------------------------------------------------------------------------------
+    #
+    # One path: every form appends to the core's PointBatch (``_pipeline/staging.py``), which
+    # checks the call whole and appends all of it or raises having appended nothing; single
+    # points and wide records under the lock, columns (batches, tables, array values) converted
+    # before the lock in a batch of their own and then added whole. The batch moves into the
+    # buffer every SETTLE_POINTS points and before every cut (``_Core.move_staged``).
 
     def enqueue(self, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None) -> None:
         """Write one point.
@@ -590,66 +605,20 @@ class NominalStream:
         Args:
             channel: channel name.
             timestamp: int ns, aware datetime, ISO-8601 string, datetime64, pandas/Beam Timestamp.
-            value: float, int, bool, str, numpy scalar, or a mapping (stored as a JSON struct).
+            value: float, int, bool, str, numpy scalar, a mapping (stored as a JSON struct), or a
+                sequence of numbers or of strings (a double or string array).
             tags: optional str -> str tags; None and {} are the same series.
 
         Raises:
             SeriesTypeError: the value's type differs from the series' pinned type.
+            ValueError / TypeError: a bad channel, tags, timestamp or value (``ElementError``
+                names the field).
             StreamClosedError: the stream is not open.
             BackpressureError: the buffer is full and ``block_on_full`` is off.
         """
-        # The hottest path of the package: for a known series, one dict lookup and two list
-        # appends; the accounting is deferred to Buffer.settle() every SETTLE_EVERY points.
-        if type(timestamp) is not int or not _TS_MIN < timestamp <= _TS_MAX:
-            timestamp = timestamp_ns(timestamp)
         c = self._core
-        buf = self._buffer
+        staged = c.staged
         # acquire/release rather than `with`: measurably cheaper on this path.
-        lock = self._lock
-        lock.acquire()
-        try:
-            if c.gate:
-                c.check_open()
-                if c.full:
-                    c.wait_room()
-            s = buf.untagged.get(channel) if not tags else buf.lookup(channel, tags)
-            if s is None or (s.block is not None and s.block.ts):
-                s, value = self._new_point(channel, tags, value)
-            elif type(value) is not s.fast_type:
-                conv = s.conv
-                if conv is None:
-                    s, value = self._new_point(channel, tags, value)
-                else:
-                    try:
-                        value = conv(value)
-                    except _Mismatch:
-                        raise s.conflict(_values.describe(value)) from None
-                    except UnicodeEncodeError:
-                        _values.check_texts(channel, "string", (value,))
-                        raise
-            tail = s.ts_tail
-            if not tail:
-                buf.tailed.append(s)
-                if c.first_buffered_at is None:
-                    c.first_buffered_at = c.clock()
-            tail.append(timestamp)
-            s.val_tail.append(value)
-            buf.tick -= 1
-            if buf.tick > 0:
-                return
-            reqs = c.settled()
-        finally:
-            lock.release()
-        c.submit(reqs)
-
-    def _append_one(self, channel: str, tags: Mapping[str, str] | None, vt: ValueType, ts: int, value: Any) -> None:
-        """Append one converted array or struct value to its series' tail (the enqueue path).
-
-        Its tail-append and settle lines repeat the end of :meth:`enqueue` on purpose: enqueue
-        keeps them inline (a call costs ~20% of its body); a change to one belongs in both.
-        """
-        c = self._core
-        buf = c.buffer
         lock = c.lock
         lock.acquire()
         try:
@@ -657,49 +626,16 @@ class NominalStream:
                 c.check_open()
                 if c.full:
                     c.wait_room()
-            s = buf.untagged.get(channel) if not tags else buf.lookup(channel, tags)
-            if s is None or s.vtype is not vt:
-                s = buf.pin(channel, tags, vt)  # raises on a conflict; arrays never sit in wide blocks
-            tail = s.ts_tail
-            if not tail:
-                buf.tailed.append(s)
+            if tags or not staged.add_fast((channel, timestamp, value)):
+                staged.add_tagged(channel, timestamp, value, tags)
+            if len(staged.flat) < _SETTLE_FLAT:
                 if c.first_buffered_at is None:
                     c.first_buffered_at = c.clock()
-            tail.append(ts)
-            s.val_tail.append(value)
-            buf.tick -= 1
-            if buf.tick > 0:
                 return
             reqs = c.settled()
         finally:
             lock.release()
         c.submit(reqs)
-
-    def _new_point(self, channel: str, tags: Mapping[str, str] | None, value: Any) -> tuple[SeriesBuffer, Any]:
-        """Slow path of enqueue (lock held): a new series, a series with wide rows pending, or a
-        value needing more than the fast conversion."""
-        buf = self._core.buffer
-        existing = buf.lookup(channel, tags)
-        if existing is None:
-            existing = buf.series.get(SeriesKey.of(channel, tags))
-            if existing is not None:
-                # Known series, new spelling of its tags (another order): cache it for the fast path.
-                buf.pin(channel, tags, existing.vtype)
-        if existing is not None and existing.conv is not None:
-            try:
-                converted = existing.conv(value)
-            except _Mismatch:
-                raise existing.conflict(_values.describe(value)) from None
-            except UnicodeEncodeError:
-                _values.check_texts(channel, "string", (value,))
-                raise
-            if existing.block is not None and existing.block.ts:
-                buf.materialise(existing.block)
-            return existing, converted
-        vt, converted = _values.convert_scalar(channel, value)
-        if existing is not None and existing.vtype is not vt:
-            raise existing.conflict(_values.describe(value))
-        return buf.pin(channel, tags, vt), converted
 
     def enqueue_batch(self, channel: str, timestamps: Any, values: Any, tags: Mapping[str, str] | None = None) -> None:
         """Write many points of one series.
@@ -716,108 +652,11 @@ class NominalStream:
             ValueError: lengths differ, or a bad channel/timestamp.
             SeriesTypeError / TypeError: a value type conflict or an unsupported value.
         """
-        if type(timestamps) is np.ndarray and timestamps.dtype == _I64:
-            if (
-                not tags
-                and type(values) is np.ndarray
-                and values.dtype == _F64
-                and timestamps.ndim == 1
-                and values.ndim == 1
-                and len(values) == len(timestamps)
-                and self._add_doubles(channel, timestamps, values)
-            ):
-                return
-            # The common case (int64 ns), without the general conversion: a copy, as callers
-            # may reuse their arrays.
-            ts = timestamps.copy()
-        else:
-            ts = np.array(timestamps_ns(timestamps), dtype=np.int64, copy=True)
         if not self._core.accepting:
             self._core.check_open()
-        # The pin is read without the lock (a dict lookup is atomic) and re-checked under it.
-        vt, vals, vbytes = _values.column(channel, values, self._pinned(channel, tags))
-        if len(vals) != len(ts):
-            raise ValueError(f"channel {channel!r}: {len(ts)} timestamps but {len(vals)} values")
-        if not len(ts):
-            return
-        self._add_chunk(channel, tags, vt, ts, vals, vbytes + TS_BYTES * len(ts))
-
-    def _add_doubles(self, channel: str, timestamps: Any, values: Any) -> bool:
-        """enqueue_batch's hot path: float64 points for a known untagged float64 series.
-
-        Returns False, having done nothing, for a new or differently typed series or no points:
-        the general path then does every check. Once the copies are made, a case the short path
-        does not handle (a tail or wide block to settle first, a closed or full stream) hands
-        them to :meth:`_add_chunk`, the general path's last step, rather than copying again.
-        """
-        n = len(timestamps)
-        s = self._buffer.untagged.get(channel)
-        if s is None or s.vtype is not _DOUBLE or not n:
-            return False
-        # Copies, as callers may reuse their arrays; made before the lock is taken.
-        ts = timestamps.copy()
-        vals = values.copy()
-        nbytes = 16 * n  # TS_BYTES + 8 per point
-        c = self._core
-        buf = self._buffer
-        lock = self._lock
-        lock.acquire()
-        try:
-            short = not (
-                c.gate
-                or buf.nbytes + c.in_flight_bytes >= c.budget
-                or s.ts_tail
-                or (s.block is not None and s.block.ts)
-            )
-            if short:
-                if c.first_buffered_at is None:
-                    c.first_buffered_at = c.clock()
-                # Buffer.add_chunk inlined: with no tail and no wide block to settle, it is these
-                # six lines, and its two calls cost ~4% of a 100-point call.
-                s.ts_chunks.append(ts)
-                s.val_chunks.append(vals)
-                s.points += n
-                s.nbytes += nbytes
-                buf.points += n
-                buf.nbytes += nbytes
-                if buf.nbytes + c.in_flight_bytes < c.budget and buf.nbytes < c.max_bytes and buf.points < c.max_points:
-                    return True
-                reqs = c.settled()
-        finally:
-            lock.release()
-        if not short:
-            self._add_chunk(channel, None, _DOUBLE, ts, vals, nbytes)
-            return True
-        c.submit(reqs)
-        return True
-
-    def _pinned_key(self, key: SeriesKey) -> ValueType | None:
-        s = self._core.buffer.series.get(key)
-        return s.vtype if s is not None else None
-
-    def _pinned(self, channel: str, tags: Mapping[str, str] | None) -> ValueType | None:
-        buf = self._core.buffer
-        s = buf.lookup(channel, tags) or buf.series.get(SeriesKey.of(channel, tags))
-        return s.vtype if s is not None else None
-
-    def _add_chunk(
-        self, channel: str, tags: Mapping[str, str] | None, vt: ValueType, ts: Any, vals: Any, nbytes: int
-    ) -> None:
-        c = self._core
-        buf = c.buffer
-        with c.lock:
-            if not c.accepting:
-                c.check_open()
-            s = buf.pin(channel, tags, vt)
-            if c.full or buf.nbytes + c.in_flight_bytes >= c.budget:
-                c.wait_room()
-            if c.first_buffered_at is None:
-                c.first_buffered_at = c.clock()
-            buf.add_chunk(s, ts, vals, nbytes)
-            if buf.nbytes + c.in_flight_bytes < c.budget and buf.nbytes < c.max_bytes and buf.points < c.max_points:
-                return
-            reqs = c.settled()
-        c.submit(reqs)
+        batch = self._own_batch()
+        batch.add_series(channel, timestamps, values, tags)
+        self.enqueue_chunks(batch.take())
 
     def enqueue_chunks(self, chunks: Sequence[Chunk]) -> None:
         """Write columns already checked and converted by a ``PointBatch`` (its ``take()``), in
@@ -830,46 +669,37 @@ class NominalStream:
         if not chunks:
             return
         c = self._core
-        buf = c.buffer
         with c.lock:
             if not c.accepting:
                 c.check_open()
-            series = [buf.pin_key(ch.key, ch.vtype) for ch in chunks]
-            if c.full or buf.nbytes + c.in_flight_bytes >= c.budget:
-                c.wait_room()
+            c.staged.add_chunks(chunks)
             if c.first_buffered_at is None:
                 c.first_buffered_at = c.clock()
-            for s, ch in zip(series, chunks, strict=True):
-                buf.add_chunk(s, ch.timestamps, ch.values, ch.nbytes)
-            if buf.nbytes + c.in_flight_bytes < c.budget and buf.nbytes < c.max_bytes and buf.points < c.max_points:
-                return
             reqs = c.settled()
         c.submit(reqs)
 
     def enqueue_from_dict(
         self, timestamp: Any, channel_values: Mapping[str, Any], tags: Mapping[str, str] | None = None
     ) -> None:
-        """Write one wide record: many channels at one timestamp (scalar values only).
+        """Write one wide record: many channels at one timestamp (``None`` values are gaps).
 
-        Records whose channel set repeats are buffered as rows and transposed once per cut.
+        Records whose channels and value types repeat are buffered as rows and transposed once.
 
         Raises:
-            SeriesTypeError / TypeError: a value conflicts or is not a scalar; nothing from the
-                record is buffered.
+            SeriesTypeError / TypeError / ValueError: a value conflicts or is unsupported;
+                nothing from the record is buffered.
         """
-        if type(timestamp) is not int or not _TS_MIN < timestamp <= _TS_MAX:
-            timestamp = timestamp_ns(timestamp)
         c = self._core
-        buf = c.buffer
+        staged = c.staged
         with c.lock:
-            if not c.accepting:
+            if c.gate:
                 c.check_open()
-            if c.full or buf.nbytes + c.in_flight_bytes >= c.budget:
-                c.wait_room()
-            buf.add_row(timestamp, channel_values, tags)
+                if c.full:
+                    c.wait_room()
+            staged.add_record(timestamp, channel_values, tags)
             if c.first_buffered_at is None:
                 c.first_buffered_at = c.clock()
-            if buf.nbytes + c.in_flight_bytes < c.budget and buf.nbytes < c.max_bytes and buf.points < c.max_points:
+            if staged.counted < _SETTLE_POINTS:
                 return
             reqs = c.settled()
         c.submit(reqs)
@@ -878,24 +708,34 @@ class NominalStream:
         self, channel: str, timestamp: Any, values: Any, tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one double-array value (a 1-D sequence of numbers)."""
-        if type(timestamp) is not int or not _TS_MIN < timestamp <= _TS_MAX:
-            timestamp = timestamp_ns(timestamp)
-        self._append_one(channel, tags, ValueType.DOUBLE_ARRAY, timestamp, _values.float_row(channel, values))
+        self._add_typed(channel, timestamp, ValueType.DOUBLE_ARRAY, _values.float_row(channel, values), tags)
 
     def enqueue_string_array(
         self, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one string-array value."""
-        if type(timestamp) is not int or not _TS_MIN < timestamp <= _TS_MAX:
-            timestamp = timestamp_ns(timestamp)
-        self._append_one(channel, tags, ValueType.STRING_ARRAY, timestamp, _values.string_row(channel, values))
+        self._add_typed(channel, timestamp, ValueType.STRING_ARRAY, _values.string_row(channel, values), tags)
 
     def enqueue_struct(
         self, channel: str, timestamp: Any, value: Mapping[str, Any], tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one struct value, stored as compact JSON text with sorted keys."""
-        text = _values.struct_json(channel, value)
-        self._append_one(channel, tags, ValueType.STRUCT, timestamp_ns(timestamp), text)
+        self._add_typed(channel, timestamp, ValueType.STRUCT, _values.struct_json(channel, value), tags)
+
+    def _add_typed(self, channel: str, timestamp: Any, vt: ValueType, value: Any, tags: Any) -> None:
+        c = self._core
+        with c.lock:
+            if c.gate:
+                c.check_open()
+                if c.full:
+                    c.wait_room()
+            c.staged.add_typed(channel, timestamp, vt, value, tags)
+            if c.first_buffered_at is None:
+                c.first_buffered_at = c.clock()
+            if len(c.staged.flat) < _SETTLE_FLAT:
+                return
+            reqs = c.settled()
+        c.submit(reqs)
 
     def enqueue_table(
         self, table: Any, timestamp_column: str = "timestamp", tags: Mapping[str, str] | None = None
@@ -910,12 +750,16 @@ class NominalStream:
             SeriesTypeError / TypeError: a column conflicts with its series or has no Nominal type;
                 nothing from the table is buffered.
         """
-        self._core.check_open()
-        # The one reading of Arrow tables (PointBatch.add_table), checked against this stream's
-        # pins; everything is checked before anything is buffered.
-        batch = PointBatch(tags, pinned=self._pinned_key)
-        batch.add_table(table, timestamp_column)
+        if not self._core.accepting:
+            self._core.check_open()
+        batch = self._own_batch()
+        batch.add_table(table, timestamp_column, tags)
         self.enqueue_chunks(batch.take())
+
+    def _own_batch(self) -> PointBatch:
+        """A batch for one call's columns, converted outside the lock and checked against the
+        stream's series (read without the lock, re-checked under it by ``add_chunks``)."""
+        return PointBatch(pinned=self._core.staged.vtype_of)
 
     # -- delivery and lifecycle ------------------------------------------------------------------
 
@@ -998,7 +842,3 @@ def _make_target(
     )
     return made, made is not target
 
-
-_F64 = np.dtype(np.float64)
-_I64 = np.dtype(np.int64)
-_DOUBLE = ValueType.DOUBLE

@@ -5,16 +5,15 @@ message per series); a long series is split across requests. Cuts are determinis
 only on what is buffered (which depends only on input order) and the budget, so a retried Beam
 bundle produces byte-identical requests and therefore the same idempotency keys.
 
-Float-only wide blocks are not moved into their series before a cut: each column that fits whole
-goes into the request as a view of the block's transposed rows, with the block's one timestamps
-array, making the same decision the general loop would (so cuts are the same either way).
+A wide record batch's columns arrive as views of one transposed matrix sharing one timestamps
+array (``staging.py``); a series holding one chunk goes into the request as it is.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from beam_nominal._pipeline.buffer import Buffer, Frozen, SeriesBuffer
+from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.model import ValueType
 from beam_nominal.targets.base import Request
@@ -74,7 +73,6 @@ def cut_requests(
     """
     if not final and buffer.nbytes < max_bytes and buffer.points < max_points:
         return []
-    frozen = buffer.prepare_cut()
     cuts: list[Cut] = []
     batches: list[SeriesBatch] = []
     room_bytes, room_points, taken_bytes = max_bytes, max_points, 0
@@ -84,88 +82,35 @@ def cut_requests(
         cuts.append(Cut(Request(dataset_rid, batches, source_name, next_seq + len(cuts)), taken_bytes))
         batches, room_bytes, room_points, taken_bytes = [], max_bytes, max_points, 0
 
-    # Members of a frozen block hold their newest points in the block, not in their chunks;
-    # series with nothing buffered pass through the loop below untouched.
-    order = list(buffer.series.values()) if frozen else list(buffer.pending())
-    double = ValueType.DOUBLE
-    last: Frozen | None = None
-    block_ts: Any = None
-    cols: list[Any] = []
-    share = rows = need = 0
-    try:
-        for i, s in enumerate(order):
-            block = s.block
-            fz = block.frozen if block is not None else None
-            if fz is not None:
-                if not s.points:
-                    # Nothing older in the series: a column that fits whole goes into the request
-                    # as it is, exactly as the general loop below would take it.
-                    if not final and buffer.nbytes < max_bytes and buffer.points < max_points and not batches:
-                        _thaw(order, i)
-                        return cuts
-                    if fz is not last:
-                        last, block_ts, cols, share = fz, fz.ts, fz.cols, fz.share
-                        rows = len(block_ts)
-                        need = rows * max(1, share // rows)
-                    col = s.col
-                    overhead = s.overhead
-                    if col == 0 and fz.extra:
-                        nbytes = share + fz.extra
-                        fits = room_bytes - overhead >= rows * max(1, nbytes // rows)
-                    else:
-                        nbytes = share
-                        fits = room_bytes - overhead >= need
-                    if rows <= room_points and fits:
-                        batches.append(_batch(s.key, double, block_ts, cols[col]))
-                        buffer.points -= rows
-                        buffer.nbytes -= nbytes
-                        room_bytes -= overhead + nbytes
-                        room_points -= rows
-                        taken_bytes += nbytes
-                        if room_points <= 0 or room_bytes <= overhead:
-                            emit()
-                        continue
-                fz.thaw(s)
-            while s.points:
-                if not final and buffer.nbytes < max_bytes and buffer.points < max_points and not batches:
-                    _thaw(order, i + 1)
-                    return cuts
-                overhead = s.overhead
-                avail = room_bytes - overhead
-                points, nbytes = s.points, s.nbytes
-                if nbytes <= avail and points <= room_points and nbytes >= points:
-                    # The whole series fits: what the general formula gives, without its calls
-                    # (per_point * points <= nbytes <= avail, so avail // per_point >= points).
-                    n = points
-                else:
-                    per_point = max(1, nbytes // points)
-                    n = min(points, room_points, max(0, avail) // per_point)
-                if n <= 0:
-                    if batches:
-                        emit()
-                        continue
-                    n = 1  # a single point larger than the budget still has to go somewhere
-                ts, vals, nbytes = s.take(n)
-                buffer.points -= n
-                buffer.nbytes -= nbytes
-                batches.append(_batch(s.key, s.vtype, ts, vals))
-                room_bytes -= overhead + nbytes
-                room_points -= n
-                taken_bytes += nbytes
-                if room_points <= 0 or room_bytes <= overhead:
+    for s in list(buffer.pending()):
+        while s.points:
+            if not final and buffer.nbytes < max_bytes and buffer.points < max_points and not batches:
+                return cuts
+            overhead = s.overhead
+            avail = room_bytes - overhead
+            points, nbytes = s.points, s.nbytes
+            if nbytes <= avail and points <= room_points and nbytes >= points:
+                # The whole series fits: what the general formula gives, without its calls
+                # (per_point * points <= nbytes <= avail, so avail // per_point >= points).
+                n = points
+            else:
+                per_point = max(1, nbytes // points)
+                n = min(points, room_points, max(0, avail) // per_point)
+            if n <= 0:
+                if batches:
                     emit()
-    finally:
-        for block in frozen:
-            block.frozen = None
+                    continue
+                n = 1  # a single point larger than the budget still has to go somewhere
+            ts, vals, nbytes = s.take(n)
+            buffer.points -= n
+            buffer.nbytes -= nbytes
+            batches.append(_batch(s.key, s.vtype, ts, vals))
+            room_bytes -= overhead + nbytes
+            room_points -= n
+            taken_bytes += nbytes
+            if room_points <= 0 or room_bytes <= overhead:
+                emit()
     if batches:
         # Final: the partial remainder. Not final: the budget was met up to estimate rounding.
         emit()
     return cuts
-
-
-def _thaw(order: list[SeriesBuffer], start: int) -> None:
-    """Move the frozen columns of series not visited yet into the series, for a later cut."""
-    for s in order[start:]:
-        block = s.block
-        if block is not None and block.frozen is not None:
-            block.frozen.thaw(s)

@@ -178,6 +178,8 @@ class PointBatch:
         #: Points in rows and settled chunks (single points are ``len(flat) // 3``): with
         #: ``flat``, what a writer reads to decide when to hand the batch over.
         self.counted = 0
+        #: Series holding chunks, for take() (which need not visit every series).
+        self._filled: list[_Slot] = []
         #: Some block holds rows.
         self._rows = False
         #: Records appended to blocks so far (their rows' sequence numbers).
@@ -342,10 +344,10 @@ class PointBatch:
             slot = _Slot(-1, slot.key, vt)
             self._register(slot, channel, tags)
         self._settle()  # what came before stays before, within the series
-        slot.chunks.append((ts, vals, vbytes + _TS_BYTES * len(ts)))
+        self._put(slot, ts, vals, vbytes + _TS_BYTES * len(ts))
         self.counted += len(ts)
 
-    def add_table(self, table: Any, timestamp_column: str) -> None:
+    def add_table(self, table: Any, timestamp_column: str, tags: Any = None) -> None:
         """A pyarrow ``Table``/``RecordBatch``: one channel per column besides the timestamps.
 
         Nulls are gaps. Every column is checked before any is appended.
@@ -375,7 +377,7 @@ class PointBatch:
         for name in table.column_names:
             if name == timestamp_column:
                 continue
-            slot, new = self._slot_for(name, None, field="column")
+            slot, new = self._slot_for(name, tags, field="column")
             col = table.column(name).combine_chunks()
             ts = ts_all
             if col.null_count:
@@ -391,23 +393,61 @@ class PointBatch:
         self._settle()
         for slot, new, name, ts, vals, nbytes in prepared:
             if new:
-                self._register(slot, name, None)
-            slot.chunks.append((ts, vals, nbytes))
+                self._register(slot, name, tags)
+            self._put(slot, ts, vals, nbytes)
             self.counted += len(ts)
+
+    def add_typed(self, channel: Any, ts: Any, vtype: ValueType, value: Any, tags: Any = None) -> None:
+        """One point whose value is already converted to ``vtype`` (``enqueue_float_array`` ...)."""
+        slot, new = self._slot_for(channel, tags)
+        t = _timestamp(ts)
+        if new:
+            slot = _Slot(-1, slot.key, vtype)
+        elif slot.vtype is not vtype:
+            raise _bad_value(channel, slot, value, vtype.value)
+        if new:
+            self._register(slot, channel, tags)
+        if self._rows:
+            self._settle_rows()
+        self.flat.extend((slot.code, t, value))
+
+    def add_chunks(self, chunks: Sequence[Chunk]) -> None:
+        """Chunks already converted (another batch's :meth:`take`): all checked against the
+        series' types before any is appended."""
+        seen: dict[SeriesKey, ValueType] = {}
+        for chunk in chunks:
+            vt = ValueType(chunk.vtype)
+            had = seen.get(chunk.key) or self.vtype_of(chunk.key)
+            if had is not None and had is not vt:
+                raise SeriesTypeError(
+                    f"series {chunk.key.describe()} is pinned to {had.value} by its first value; got a {vt.value} "
+                    "column. Nothing from this call was buffered."
+                )
+            seen[chunk.key] = vt
+        for chunk in chunks:
+            self.add_chunk(chunk)
+
+    def vtype_of(self, key: SeriesKey) -> ValueType | None:
+        """The type of a series known to the batch (or to where it goes), else None."""
+        slot = self._by_key.get(key)
+        if slot is not None:
+            return slot.vtype
+        return self._pinned(key) if self._pinned is not None else None
 
     def add_chunk(self, chunk: Chunk) -> None:
         """Points already converted by another batch's :meth:`take` (cross-bundle batching)."""
         key, vt = chunk.key, ValueType(chunk.vtype)
         slot = self._by_key.get(key)
-        if slot is not None and slot.vtype is not vt:
-            raise SeriesTypeError(f"series {key.describe()} is pinned to {slot.vtype.value}; got a {vt.value} chunk")
+        had = slot.vtype if slot is not None else self.vtype_of(key)
+        if had is not None and had is not vt:
+            raise SeriesTypeError(f"series {key.describe()} is pinned to {had.value}; got a {vt.value} chunk")
         if not len(chunk.timestamps):
             return
         self._settle()
         if slot is None:
             slot = _Slot(-1, key, vt)
             self._register(slot, key.channel, dict(key.tags) if key.tags else None)
-        slot.chunks.append((chunk.timestamps, chunk.values, chunk.nbytes))
+        self._put(slot, chunk.timestamps, chunk.values, chunk.nbytes)
         self.counted += len(chunk.timestamps)
 
     def clear(self) -> None:
@@ -428,12 +468,17 @@ class PointBatch:
         the batch (series and their pinned types stay)."""
         self._settle()
         out: list[Chunk] = []
-        for slot in self._slots:
-            if slot.chunks:
-                out.extend(Chunk(slot.key, slot.vtype, ts, vals, nbytes) for ts, vals, nbytes in slot.chunks)
-                slot.chunks = []
+        filled, self._filled = self._filled, []
+        for slot in sorted(filled, key=_code):
+            out.extend(Chunk(slot.key, slot.vtype, ts, vals, nbytes) for ts, vals, nbytes in slot.chunks)
+            slot.chunks = []
         self.counted = 0
         return out
+
+    def _put(self, slot: _Slot, ts: Any, vals: Any, nbytes: int) -> None:
+        if not slot.chunks:
+            self._filled.append(slot)
+        slot.chunks.append((ts, vals, nbytes))
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -612,7 +657,11 @@ class PointBatch:
             col = double_rows_column(list(vals))
         else:
             col = list(vals)
-        slot.chunks.append((ts, col, _TS_BYTES * len(ts) + value_bytes(vt, col)))
+        self._put(slot, ts, col, _TS_BYTES * len(ts) + value_bytes(vt, col))
+
+
+def _code(slot: _Slot) -> int:
+    return slot.code
 
 
 def _first_value(channel: str, value: Any) -> tuple[ValueType, Any]:
@@ -630,7 +679,7 @@ def _first_value(channel: str, value: Any) -> tuple[ValueType, Any]:
     return convert_scalar(channel, value)
 
 
-def _bad_value(channel: str, slot: _Slot, value: Any) -> Exception:
+def _bad_value(channel: str, slot: _Slot, value: Any, got: str | None = None) -> Exception:
     """The error for a value that does not fit its series (a conflict, or bad text/range)."""
     if isinstance(value, str) and not value.isascii():
         try:
@@ -642,7 +691,8 @@ def _bad_value(channel: str, slot: _Slot, value: Any) -> Exception:
             f"series {slot.key.describe()} is int64 (pinned by its first value); {value} is beyond int64"
         )
     return SeriesTypeError(
-        f"series {slot.key.describe()} is pinned to {slot.vtype.value} by its first value; got {describe(value)}"
+        f"series {slot.key.describe()} is pinned to {slot.vtype.value} by its first value; "
+        f"got {got or describe(value)}. Nothing from this call was buffered."
     )
 
 

@@ -14,7 +14,7 @@ from beam_nominal.model import SeriesKey, ValueType
 
 def _fill(buf: Buffer, series: int, points: int) -> None:
     for i in range(series):
-        s = buf.pin(f"ch{i}", {"i": str(i)}, ValueType.DOUBLE)
+        s = buf.pin_key(SeriesKey.of(f"ch{i}", {"i": str(i)}), ValueType.DOUBLE)
         ts = np.arange(points, dtype=np.int64) + 10**18
         buf.add_chunk(s, ts, np.full(points, float(i)), 24 * points)
 
@@ -93,7 +93,7 @@ def test_every_point_in_exactly_one_request_in_order(sizes: list[int], max_point
     cuts = []
     for i, n in enumerate(sizes):
         ch = f"c{i % 7}"  # some series get several chunks
-        s = buf.pin(ch, None, ValueType.DOUBLE)
+        s = buf.pin_key(SeriesKey(ch), ValueType.DOUBLE)
         start = len(expected.setdefault(ch, []))
         ts = np.arange(start, start + n, dtype=np.int64)
         buf.add_chunk(s, ts, ts.astype(np.float64), 24 * n)
@@ -113,70 +113,3 @@ def test_every_point_in_exactly_one_request_in_order(sizes: list[int], max_point
             assert b.values.tolist() == [float(t) for t in b.timestamps.tolist()]
     assert got == expected
     assert [c.request.seq for c in cuts] == list(range(len(cuts)))
-
-
-def _cut_all(buf: Buffer, *, final: bool, max_bytes: int, max_points: int, generic: bool, seq: int):  # type: ignore[no-untyped-def]
-    if generic:
-        buf.materialise_all()  # no rows left in blocks: the packer's general loop takes everything
-    return cut_requests(
-        buf, dataset_rid="ri.x.1", max_bytes=max_bytes, max_points=max_points, final=final, next_seq=seq
-    )
-
-
-def _wide_mix(ops: list[tuple[int, int]], max_bytes: int, max_points: int, generic: bool) -> list[tuple[bytes, int]]:
-    """Wide float rows, single points into the rows' channels and other series, cut as we go."""
-    buf = Buffer()
-    out = []
-    for t, (op, arg) in enumerate(ops):
-        if op == 0:
-            buf.add_row(t, {f"w{j}": float(t * 100 + j) for j in range(arg % 40 + 1)}, None)
-        elif op == 1:
-            buf.add_row(t, {f"w{j}": float(t * 100 + j) for j in range(arg % 40 + 1)}, {"rig": "b"})
-        elif op == 2:
-            s = buf.pin(f"w{arg % 40}", None, ValueType.DOUBLE)
-            if buf.add(s, t, -float(t)):
-                buf.settle()
-        else:
-            s = buf.pin(f"other{arg % 3}", None, ValueType.DOUBLE)
-            buf.add_chunk(s, np.arange(arg, dtype=np.int64) + t, np.full(arg, 0.5), 24 * arg)
-        buf.settle()
-        cuts = _cut_all(buf, final=False, max_bytes=max_bytes, max_points=max_points, generic=generic, seq=len(out))
-        out += [(c.request.body, c.nbytes) for c in cuts]
-    cuts = _cut_all(buf, final=True, max_bytes=max_bytes, max_points=max_points, generic=generic, seq=len(out))
-    assert buf.points == 0 and buf.nbytes == 0
-    return out + [(c.request.body, c.nbytes) for c in cuts]
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    ops=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 400)), min_size=1, max_size=60),
-    max_points=st.integers(min_value=1, max_value=3000),
-    max_bytes=st.integers(min_value=64, max_value=64 * 1024),
-)
-def test_wide_blocks_cut_exactly_as_series_chunks_would_be(
-    ops: list[tuple[int, int]], max_points: int, max_bytes: int
-) -> None:
-    # Columns taken straight from a block give the same requests, cut at the same points, as
-    # moving the rows into their series first; and the same input gives the same bytes.
-    fast = _wide_mix(ops, max_bytes, max_points, generic=False)
-    assert fast == _wide_mix(ops, max_bytes, max_points, generic=True)
-    assert fast == _wide_mix(ops, max_bytes, max_points, generic=False)
-
-
-def test_wide_block_then_single_points_of_a_channel_keep_order() -> None:
-    buf = Buffer()
-    cuts = []
-    for t in range(0, 40, 4):
-        buf.add_row(t, {"a": float(t), "b": float(t)}, None)
-        s = buf.series[SeriesKey("a")]
-        buf.add(s, t + 1, -1.0)  # after the block's row, before the next one
-        buf.add(s, t + 2, -2.0)
-        buf.settle()
-        cuts += _cut(buf, final=False, max_bytes=300, max_points=7)
-    cuts += _cut(buf, final=True, max_bytes=300, max_points=7)
-    got: dict[str, list[tuple[int, float]]] = {}
-    for c in cuts:
-        for b in decode_request(c.request.body).batches:
-            got.setdefault(b.key.channel, []).extend(zip(b.timestamps.tolist(), b.values.tolist(), strict=True))
-    assert got["a"] == [(t + d, v) for t in range(0, 40, 4) for d, v in ((0, float(t)), (1, -1.0), (2, -2.0))]
-    assert got["b"] == [(t, float(t)) for t in range(0, 40, 4)]
