@@ -47,10 +47,8 @@ __all__ = ["DeliveryReport", "NominalStream", "StreamState"]
 
 _log = logging.getLogger("beam_nominal.stream")
 
-#: Single points (three flat items each) a stream stages before they move into its buffer, and
-#: points of wide records: bounds what the budget does not see yet.
+#: Single points a stream stages, at most, before they move into its buffer.
 _SETTLE_POINTS = 4096
-_SETTLE_FLAT = 3 * _SETTLE_POINTS
 
 class StreamState(str, enum.Enum):
     """Where a stream is in its life. Legal transitions, and nothing else::
@@ -142,6 +140,11 @@ class _Core:
         #: ``full or not accepting``: the one flag the hot paths test before their slow checks.
         self.gate = False
         self.max_bytes = batch.max_request_bytes
+        #: Single points staged before they move into the buffer (three flat items each), at
+        #: most a request's worth; other writes move once they hold a request's worth of bytes
+        #: (``staged.nbytes``): moving wide rows sooner would cut each record into thousands of
+        #: one-row chunks, later would hide bytes from the budget.
+        self.settle_flat = 3 * max(1, min(_SETTLE_POINTS, batch.max_request_bytes // 24))
         self.max_points = batch.max_request_points
         self.budget = upload.max_buffered_bytes
         self.seq = 0
@@ -593,11 +596,10 @@ class NominalStream:
 
     # -- writes ----------------------------------------------------------------------------------
     #
-    # One path: every form appends to the core's PointBatch (``_pipeline/staging.py``), which
-    # checks the call whole and appends all of it or raises having appended nothing; single
-    # points and wide records under the lock, columns (batches, tables, array values) converted
-    # before the lock in a batch of their own and then added whole. The batch moves into the
-    # buffer every SETTLE_POINTS points and before every cut (``_Core.move_staged``).
+    # One path: every form appends to the core's PointBatch (``_pipeline/staging.py``) under
+    # the lock; the batch checks the call whole and appends all of it or raises having appended
+    # nothing. It moves into the buffer after every column, every _SETTLE_POINTS single points
+    # or a request's worth of rows, and before every cut (``_Core.move_staged``).
 
     def enqueue(self, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None) -> None:
         """Write one point.
@@ -628,7 +630,7 @@ class NominalStream:
                     c.wait_room()
             if tags or not staged.add_fast((channel, timestamp, value)):
                 staged.add_tagged(channel, timestamp, value, tags)
-            if len(staged.flat) < _SETTLE_FLAT:
+            if len(staged.flat) < c.settle_flat:
                 if c.first_buffered_at is None:
                     c.first_buffered_at = c.clock()
                 return
@@ -652,11 +654,15 @@ class NominalStream:
             ValueError: lengths differ, or a bad channel/timestamp.
             SeriesTypeError / TypeError: a value type conflict or an unsupported value.
         """
-        if not self._core.accepting:
-            self._core.check_open()
-        batch = self._own_batch()
-        batch.add_series(channel, timestamps, values, tags)
-        self.enqueue_chunks(batch.take())
+        c = self._core
+        with c.lock:
+            if c.gate:
+                c.check_open()
+                if c.full:
+                    c.wait_room()
+            c.staged.add_series(channel, timestamps, values, tags)
+            reqs = self._after_write(column=True)
+        c.submit(reqs)
 
     def enqueue_chunks(self, chunks: Sequence[Chunk]) -> None:
         """Write columns already checked and converted by a ``PointBatch`` (its ``take()``), in
@@ -673,9 +679,7 @@ class NominalStream:
             if not c.accepting:
                 c.check_open()
             c.staged.add_chunks(chunks)
-            if c.first_buffered_at is None:
-                c.first_buffered_at = c.clock()
-            reqs = c.settled()
+            reqs = self._after_write(column=True)
         c.submit(reqs)
 
     def enqueue_from_dict(
@@ -697,11 +701,7 @@ class NominalStream:
                 if c.full:
                     c.wait_room()
             staged.add_record(timestamp, channel_values, tags)
-            if c.first_buffered_at is None:
-                c.first_buffered_at = c.clock()
-            if staged.counted < _SETTLE_POINTS:
-                return
-            reqs = c.settled()
+            reqs = self._after_write()
         c.submit(reqs)
 
     def enqueue_float_array(
@@ -730,11 +730,7 @@ class NominalStream:
                 if c.full:
                     c.wait_room()
             c.staged.add_typed(channel, timestamp, vt, value, tags)
-            if c.first_buffered_at is None:
-                c.first_buffered_at = c.clock()
-            if len(c.staged.flat) < _SETTLE_FLAT:
-                return
-            reqs = c.settled()
+            reqs = self._after_write()
         c.submit(reqs)
 
     def enqueue_table(
@@ -750,16 +746,34 @@ class NominalStream:
             SeriesTypeError / TypeError: a column conflicts with its series or has no Nominal type;
                 nothing from the table is buffered.
         """
-        if not self._core.accepting:
-            self._core.check_open()
-        batch = self._own_batch()
-        batch.add_table(table, timestamp_column, tags)
-        self.enqueue_chunks(batch.take())
+        c = self._core
+        with c.lock:
+            if c.gate:
+                c.check_open()
+                if c.full:
+                    c.wait_room()
+            c.staged.add_table(table, timestamp_column, tags)
+            reqs = self._after_write(column=True)
+        c.submit(reqs)
 
-    def _own_batch(self) -> PointBatch:
-        """A batch for one call's columns, converted outside the lock and checked against the
-        stream's series (read without the lock, re-checked under it by ``add_chunks``)."""
-        return PointBatch(pinned=self._core.staged.vtype_of)
+    def _after_write(self, column: bool = False) -> list[Request]:
+        """Lock held, after a write: requests to submit once it is released (usually none).
+
+        A column (batch, table, chunks) moves into the buffer at once, so the budget sees it
+        whole; points and rows move once they make a request's worth.
+        """
+        c = self._core
+        if c.first_buffered_at is None:
+            c.first_buffered_at = c.clock()
+        staged = c.staged
+        if (
+            not column
+            and len(staged.flat) < c.settle_flat
+            and staged.nbytes < c.max_bytes
+            and staged.counted < c.max_points
+        ):
+            return []
+        return c.settled()
 
     # -- delivery and lifecycle ------------------------------------------------------------------
 

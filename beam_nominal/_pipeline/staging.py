@@ -49,7 +49,7 @@ from beam_nominal._pipeline.values import (
     value_bytes,
 )
 from beam_nominal.errors import SeriesTypeError
-from beam_nominal.model import SeriesKey, ValueType, timestamp_ns, timestamps_ns
+from beam_nominal.model import MAX_NAME_CHARS, SeriesKey, ValueType, timestamp_ns, timestamps_ns
 
 __all__ = ["Chunk", "ElementError", "PointBatch", "is_column"]
 
@@ -178,6 +178,9 @@ class PointBatch:
         #: Points in rows and settled chunks (single points are ``len(flat) // 3``): with
         #: ``flat``, what a writer reads to decide when to hand the batch over.
         self.counted = 0
+        #: Estimated encoded bytes appended and not taken, except single floats (whose count
+        #: bounds them): what a writer compares with its request size to hand the batch over.
+        self.nbytes = 0
         #: Series holding chunks, for take() (which need not visit every series).
         self._filled: list[_Slot] = []
         #: Some block holds rows.
@@ -227,6 +230,8 @@ class PointBatch:
         if self._rows:
             self._settle_rows()
         self.flat.extend((slot.code, t, value))
+        if type(value) is not float:
+            self.nbytes += _point_bytes(value)
 
     # -- wide records -----------------------------------------------------------------------------
 
@@ -267,6 +272,7 @@ class PointBatch:
             self._rows = True
             self._doubles = frozenset()
         self.counted += block.width
+        self.nbytes += 24 * block.width
 
     def _new_block(
         self,
@@ -281,6 +287,11 @@ class PointBatch:
         struct (those records go point by point)."""
         if len(keys) <= sum(k in record for k in skip):
             raise ElementError("values", "wide record has no channels")
+        floats = self._float_slots(keys, types, tags, skip)
+        if floats is not None:
+            block = _Block(keys, types, floats)
+            self._blocks[(keys, types, items, skip)] = block
+            return block
         slots: list[_Slot | None] = []
         new: list[tuple[_Slot, Any]] = []
         for name, value in record.items():
@@ -301,6 +312,41 @@ class PointBatch:
         block = _Block(keys, types, slots)
         self._blocks[(keys, types, items, skip)] = block
         return block
+
+    def _float_slots(
+        self, keys: tuple[Any, ...], types: tuple[type, ...], tags: Any, skip: tuple[str, ...]
+    ) -> list[_Slot | None] | None:
+        """The slots of an untagged record of Python floats, new series made in bulk; None,
+        having changed nothing, for anything else (the general path then checks each value and
+        reports errors exactly). A record of thousands of channels would otherwise check each
+        name by itself: one join and one ``isascii`` cover them all."""
+        if tags or (not skip and set(types) != {float}):
+            return None
+        if skip and not all(t is float or k in skip for k, t in zip(keys, types, strict=True)):
+            return None
+        names = [k for k in keys if k not in skip] if skip else list(keys)
+        try:
+            joined = "".join(names)
+        except TypeError:
+            return None  # a name that is not a str
+        if not names or not joined.isascii() or min(map(len, names)) == 0 or max(map(len, names)) > MAX_NAME_CHARS:
+            return None
+        found = list(map(self._untagged.get, names))
+        base = self._base
+        for j, name in enumerate(names):
+            if found[j] is None:
+                found[j] = self._by_key.get(SeriesKey(name, base))
+        if any(s is not None and (s.vtype is not ValueType.DOUBLE or s.unchecked is not float) for s in found):
+            return None
+        for j, name in enumerate(names):
+            slot = found[j]
+            if slot is None:
+                slot = found[j] = _Slot(-1, SeriesKey(name, base), ValueType.DOUBLE, float)
+            self._register(slot, name, None)
+        if not skip:
+            return found
+        it = iter(found)
+        return [None if k in skip else next(it) for k in keys]
 
     def _record_by_points(self, t: int, record: Mapping[Any, Any], tags: Any, skip: tuple[str, ...]) -> None:
         checked: list[tuple[_Slot, bool, Any, Any]] = []
@@ -399,7 +445,14 @@ class PointBatch:
 
     def add_typed(self, channel: Any, ts: Any, vtype: ValueType, value: Any, tags: Any = None) -> None:
         """One point whose value is already converted to ``vtype`` (``enqueue_float_array`` ...)."""
-        slot, new = self._slot_for(channel, tags)
+        try:
+            slot: _Slot | None = None if tags else self._untagged.get(channel)
+        except TypeError:  # an unhashable channel: _slot_for names it
+            slot = None
+        if slot is not None and slot.vtype is vtype:  # a known series: no name to check
+            new = False
+        else:
+            slot, new = self._slot_for(channel, tags)
         t = _timestamp(ts)
         if new:
             slot = _Slot(-1, slot.key, vtype)
@@ -410,6 +463,7 @@ class PointBatch:
         if self._rows:
             self._settle_rows()
         self.flat.extend((slot.code, t, value))
+        self.nbytes += _point_bytes(value)
 
     def add_chunks(self, chunks: Sequence[Chunk]) -> None:
         """Chunks already converted (another batch's :meth:`take`): all checked against the
@@ -473,12 +527,14 @@ class PointBatch:
             out.extend(Chunk(slot.key, slot.vtype, ts, vals, nbytes) for ts, vals, nbytes in slot.chunks)
             slot.chunks = []
         self.counted = 0
+        self.nbytes = 0
         return out
 
     def _put(self, slot: _Slot, ts: Any, vals: Any, nbytes: int) -> None:
         if not slot.chunks:
             self._filled.append(slot)
         slot.chunks.append((ts, vals, nbytes))
+        self.nbytes += nbytes
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -587,9 +643,14 @@ class PointBatch:
     def _settle_flat(self) -> None:
         flat, self.flat = self.flat, []
         n = len(flat) // 3
-        codes = np.fromiter(map(self._code_of.__getitem__, flat[0::3]), np.intp, n)
+        names = flat[0::3]
         ts = np.fromiter(flat[1::3], np.int64, n)
         vals = flat[2::3]
+        if names.count(names[0]) == n:  # one series (a count in C, before any per-point lookup)
+            self._add_settled(self._slots[self._code_of[names[0]]], ts, vals)
+            self.counted += n
+            return
+        codes = np.fromiter(map(self._code_of.__getitem__, names), np.intp, n)
         slots = self._slots
         counts = np.bincount(codes, minlength=len(slots))
         present = np.flatnonzero(counts)
@@ -613,12 +674,16 @@ class PointBatch:
         self.counted += n
 
     def _settle_rows(self) -> None:
+        # Rows were counted at 24 bytes a point; their chunks count themselves (_put).
+        self.nbytes -= 24 * sum(b.width * len(b.rows) for b in self._blocks.values())
         # Per series, its columns from every block; a series in several blocks (records of
         # different channel sets) has its pieces merged back into record order.
+        pending = [block for block in self._blocks.values() if block.rows]
+        if len(pending) == 1 and pending[0].plain:
+            self._settle_plain_block(pending[0])
+            return
         pieces: dict[int, list[tuple[Any, Any, Any]]] = {}
-        for block in self._blocks.values():
-            if not block.rows:
-                continue
+        for block in pending:
             n = len(block.ts)
             ts = np.fromiter(block.ts, np.int64, n)
             seq = np.fromiter(block.seq, np.int64, n)
@@ -648,6 +713,19 @@ class PointBatch:
         self._rows = False
         self._doubles = self._all_doubles
 
+    def _settle_plain_block(self, block: _Block) -> None:
+        """The common case of _settle_rows: one block of floats, so no merging (one matrix, each
+        column a contiguous row of its transpose, all sharing one timestamps array)."""
+        ts = np.fromiter(block.ts, np.int64, len(block.ts))
+        matrix = np.array(block.rows, dtype=np.float64).T.copy()
+        block.ts, block.rows, block.seq = [], [], []
+        nbytes = (_TS_BYTES + 8) * len(ts)
+        put = self._put
+        for slot, col in zip(block.slots, matrix, strict=True):
+            put(slot, ts, col, nbytes)  # type: ignore[arg-type]
+        self._rows = False
+        self._doubles = self._all_doubles
+
     def _add_settled(self, slot: _Slot, ts: Any, vals: Any) -> None:
         vt = slot.vtype
         dtype = vt.numpy_dtype
@@ -658,6 +736,14 @@ class PointBatch:
         else:
             col = list(vals)
         self._put(slot, ts, col, _TS_BYTES * len(ts) + value_bytes(vt, col))
+
+
+def _point_bytes(value: Any) -> int:
+    """Rough encoded bytes of one converted value and its timestamp (for hand-over sizes)."""
+    try:
+        return 24 + 8 * len(value)  # text, or an array row (a string array: a lower bound)
+    except TypeError:
+        return 24  # a number
 
 
 def _code(slot: _Slot) -> int:

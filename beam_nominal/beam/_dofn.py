@@ -47,6 +47,7 @@ from beam_nominal.settings import resolve
 _LOG = logging.getLogger(__name__)
 
 __all__ = [
+    "HANDOVER_BYTES",
     "HANDOVER_POINTS",
     "SinkConfig",
     "ToChunksDoFn",
@@ -56,8 +57,10 @@ __all__ = [
     "resolve_token",
 ]
 
-#: Points a bundle's batch collects before it goes to the stream in one call.
+#: Single floats a bundle's batch collects before it goes to the stream in one call, and the
+#: estimated bytes of anything else (text, arrays, rows, columns): a request's worth.
 HANDOVER_POINTS = 32768
+HANDOVER_BYTES = 4 * 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,7 +231,7 @@ class WriteDoFn(beam.DoFn):
                 read(element)
             except ELEMENT_ERRORS as exc:
                 return self._fail(element, exc)
-        if len(batch.flat) >= self._flat_limit or batch.counted >= HANDOVER_POINTS:
+        if len(batch.flat) >= self._flat_limit or batch.nbytes >= HANDOVER_BYTES:
             self._stream.enqueue_chunks(batch.take())
         return ()
 
@@ -344,6 +347,6 @@ class WriteChunksDoFn(WriteDoFn):
                 self._batch.add_chunk(chunk)
             except ELEMENT_ERRORS as exc:
                 out.extend(self._fail(chunk, exc))
-        if self._batch.counted >= HANDOVER_POINTS:
+        if self._batch.nbytes >= HANDOVER_BYTES:
             self._stream.enqueue_chunks(self._batch.take())
         return out
