@@ -630,9 +630,10 @@ class NominalStream:
                     c.wait_room()
             if tags or not staged.add_fast((channel, timestamp, value)):
                 staged.add_tagged(channel, timestamp, value, tags)
-            if len(staged.flat) < c.settle_flat:
-                if c.first_buffered_at is None:
-                    c.first_buffered_at = c.clock()
+            if c.first_buffered_at is None:
+                c.first_buffered_at = c.clock()
+            # _write's rule, inlined here (one call less on the hottest path): change both.
+            if len(staged.flat) < c.settle_flat and staged.nbytes < c.max_bytes:
                 return
             reqs = c.settled()
         finally:
@@ -654,15 +655,7 @@ class NominalStream:
             ValueError: lengths differ, or a bad channel/timestamp.
             SeriesTypeError / TypeError: a value type conflict or an unsupported value.
         """
-        c = self._core
-        with c.lock:
-            if c.gate:
-                c.check_open()
-                if c.full:
-                    c.wait_room()
-            c.staged.add_series(channel, timestamps, values, tags)
-            reqs = self._after_write(column=True)
-        c.submit(reqs)
+        self._write(True, self._core.staged.add_series, channel, timestamps, values, tags)
 
     def enqueue_chunks(self, chunks: Sequence[Chunk]) -> None:
         """Write columns already checked and converted by a ``PointBatch`` (its ``take()``), in
@@ -674,13 +667,7 @@ class NominalStream:
         """
         if not chunks:
             return
-        c = self._core
-        with c.lock:
-            if not c.accepting:
-                c.check_open()
-            c.staged.add_chunks(chunks)
-            reqs = self._after_write(column=True)
-        c.submit(reqs)
+        self._write(True, self._core.staged.add_chunks, chunks)
 
     def enqueue_from_dict(
         self, timestamp: Any, channel_values: Mapping[str, Any], tags: Mapping[str, str] | None = None
@@ -693,45 +680,28 @@ class NominalStream:
             SeriesTypeError / TypeError / ValueError: a value conflicts or is unsupported;
                 nothing from the record is buffered.
         """
-        c = self._core
-        staged = c.staged
-        with c.lock:
-            if c.gate:
-                c.check_open()
-                if c.full:
-                    c.wait_room()
-            staged.add_record(timestamp, channel_values, tags)
-            reqs = self._after_write()
-        c.submit(reqs)
+        self._write(False, self._core.staged.add_record, timestamp, channel_values, tags)
 
     def enqueue_float_array(
         self, channel: str, timestamp: Any, values: Any, tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one double-array value (a 1-D sequence of numbers)."""
-        self._add_typed(channel, timestamp, ValueType.DOUBLE_ARRAY, _values.float_row(channel, values), tags)
+        row = _values.float_row(channel, values)
+        self._write(False, self._core.staged.add_typed, channel, timestamp, ValueType.DOUBLE_ARRAY, row, tags)
 
     def enqueue_string_array(
         self, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one string-array value."""
-        self._add_typed(channel, timestamp, ValueType.STRING_ARRAY, _values.string_row(channel, values), tags)
+        row = _values.string_row(channel, values)
+        self._write(False, self._core.staged.add_typed, channel, timestamp, ValueType.STRING_ARRAY, row, tags)
 
     def enqueue_struct(
         self, channel: str, timestamp: Any, value: Mapping[str, Any], tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one struct value, stored as compact JSON text with sorted keys."""
-        self._add_typed(channel, timestamp, ValueType.STRUCT, _values.struct_json(channel, value), tags)
-
-    def _add_typed(self, channel: str, timestamp: Any, vt: ValueType, value: Any, tags: Any) -> None:
-        c = self._core
-        with c.lock:
-            if c.gate:
-                c.check_open()
-                if c.full:
-                    c.wait_room()
-            c.staged.add_typed(channel, timestamp, vt, value, tags)
-            reqs = self._after_write()
-        c.submit(reqs)
+        text = _values.struct_json(channel, value)
+        self._write(False, self._core.staged.add_typed, channel, timestamp, ValueType.STRUCT, text, tags)
 
     def enqueue_table(
         self, table: Any, timestamp_column: str = "timestamp", tags: Mapping[str, str] | None = None
@@ -746,34 +716,39 @@ class NominalStream:
             SeriesTypeError / TypeError: a column conflicts with its series or has no Nominal type;
                 nothing from the table is buffered.
         """
+        self._write(True, self._core.staged.add_table, table, timestamp_column, tags)
+
+    def _write(self, column: bool, add: Callable[..., None], *args: Any) -> None:
+        """Every write but ``enqueue`` (which inlines these steps): backpressure, ``add(*args)``
+        on the staged batch under the lock, then the move into the buffer and the cut when due.
+
+        A column (batch, table, chunks) moves into the buffer at once, so the budget sees it
+        whole; points and rows move once they make a request's worth (or _SETTLE_POINTS
+        single points).
+        """
         c = self._core
-        with c.lock:
+        lock = c.lock
+        lock.acquire()
+        try:
             if c.gate:
                 c.check_open()
                 if c.full:
                     c.wait_room()
-            c.staged.add_table(table, timestamp_column, tags)
-            reqs = self._after_write(column=True)
+            add(*args)
+            if c.first_buffered_at is None:
+                c.first_buffered_at = c.clock()
+            staged = c.staged
+            if (
+                not column
+                and len(staged.flat) < c.settle_flat
+                and staged.nbytes < c.max_bytes
+                and staged.counted < c.max_points
+            ):
+                return
+            reqs = c.settled()
+        finally:
+            lock.release()
         c.submit(reqs)
-
-    def _after_write(self, column: bool = False) -> list[Request]:
-        """Lock held, after a write: requests to submit once it is released (usually none).
-
-        A column (batch, table, chunks) moves into the buffer at once, so the budget sees it
-        whole; points and rows move once they make a request's worth.
-        """
-        c = self._core
-        if c.first_buffered_at is None:
-            c.first_buffered_at = c.clock()
-        staged = c.staged
-        if (
-            not column
-            and len(staged.flat) < c.settle_flat
-            and staged.nbytes < c.max_bytes
-            and staged.counted < c.max_points
-        ):
-            return []
-        return c.settled()
 
     # -- delivery and lifecycle ------------------------------------------------------------------
 

@@ -453,17 +453,16 @@ class PointBatch:
             new = False
         else:
             slot, new = self._slot_for(channel, tags)
-        t = _timestamp(ts)
+        t = ts if type(ts) is int and _INT64_MIN < ts <= _INT64_MAX else _timestamp(ts)
         if new:
             slot = _Slot(-1, slot.key, vtype)
+            self._register(slot, channel, tags)
         elif slot.vtype is not vtype:
             raise _bad_value(channel, slot, value, vtype.value)
-        if new:
-            self._register(slot, channel, tags)
         if self._rows:
             self._settle_rows()
         self.flat.extend((slot.code, t, value))
-        self.nbytes += _point_bytes(value)
+        self.nbytes += 24 + 8 * len(value)  # text or an array row: as _point_bytes
 
     def add_chunks(self, chunks: Sequence[Chunk]) -> None:
         """Chunks already converted (another batch's :meth:`take`): all checked against the
@@ -732,7 +731,11 @@ class PointBatch:
         if dtype is not None:
             col: Any = vals if isinstance(vals, np.ndarray) else np.array(vals, dtype=dtype)
         elif vt is ValueType.DOUBLE_ARRAY:
-            col = double_rows_column(list(vals))
+            rows = list(vals)
+            # Sized from the rows (their len is cheap), not the matrix (whose rows are views).
+            nbytes = value_bytes(vt, rows)
+            self._put(slot, ts, double_rows_column(rows), _TS_BYTES * len(ts) + nbytes)
+            return
         else:
             col = list(vals)
         self._put(slot, ts, col, _TS_BYTES * len(ts) + value_bytes(vt, col))
