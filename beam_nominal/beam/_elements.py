@@ -94,8 +94,11 @@ def reader_for(element: Any, batch: PointBatch, timestamp_field: str) -> Reader:
     cls = type(element)
     if cls is tuple or cls is list:
         return _tuple_reader(batch)
-    if cls is dict or isinstance(element, Mapping):
+    if cls is dict:
         return _mapping_reader(batch, timestamp_field, None)
+    if isinstance(element, Mapping):
+        # Read as a plain dict: looking a key up in some mappings adds it (defaultdict).
+        return _mapping_reader(batch, timestamp_field, dict)
     if cls.__name__ in ("Table", "RecordBatch") and cls.__module__.startswith("pyarrow"):
         return lambda table: batch.add_table(table, timestamp_field)
     if isinstance(element, tuple) and hasattr(cls, "_fields"):
@@ -135,10 +138,14 @@ def _mapping_reader(batch: PointBatch, ts_field: str, fields_of: Callable[[Any],
 
     def read(element: Any) -> None:
         m = element if fields_of is None else fields_of(element)
-        # A point, the common case, is known by three keys; anything else is classified.
-        if "channel" in m and "value" in m and ts_field in m:
-            tags = m.get("tags")
+        # A point, the common case, is known by its three keys: looked up once each, where
+        # testing for them first would look each up twice. Anything else is classified.
+        try:
             point = (m["channel"], m[ts_field], m["value"])
+        except KeyError:
+            pass
+        else:
+            tags = m.get("tags")
             if tags is not None or not add_fast(point):
                 add_tagged(*point, tags)
             return
