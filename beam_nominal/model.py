@@ -69,7 +69,8 @@ class ValueType(str, enum.Enum):
         if isinstance(value, (float, np.floating)):
             return cls.DOUBLE
         if isinstance(value, np.unsignedinteger):
-            return cls.UINT64
+            # As of_dtype: unsigned types narrower than 64 bits fit int64 exactly.
+            return cls.UINT64 if value.dtype.itemsize == 8 else cls.INT64
         if isinstance(value, (int, np.integer)):
             if _INT64_MIN <= value <= _INT64_MAX:
                 return cls.INT64
@@ -154,7 +155,16 @@ _ISO = re.compile(
     r"(?P<tz>Z|z|[+-]\d{2}:?\d{2})$"
 )
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-_NS_UNITS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+_NS_UNITS = {
+    "W": 7 * 86_400 * 10**9,
+    "D": 86_400 * 10**9,
+    "h": 3_600 * 10**9,
+    "m": 60 * 10**9,
+    "s": 10**9,
+    "ms": 10**6,
+    "us": 10**3,
+    "ns": 1,
+}
 
 
 def _check_range(ns: int, original: Any) -> int:
@@ -178,9 +188,9 @@ def _iso_ns(text: str) -> int:
         raise ValueError(
             f"timestamp string {text!r:.80} is not ISO-8601 with a timezone (e.g. 2024-01-02T03:04:05.123456789Z)"
         )
-    base = _dt.datetime.fromisoformat(
-        f"{m['date']}T{m['h']}:{m['m']}:{m['s'] or '00'}"
-    ).replace(tzinfo=_dt.timezone.utc)
+    base = _dt.datetime.fromisoformat(f"{m['date']}T{m['h']}:{m['m']}:{m['s'] or '00'}").replace(
+        tzinfo=_dt.timezone.utc
+    )
     tz = m["tz"]
     offset_s = 0
     if tz not in ("Z", "z"):
@@ -209,10 +219,11 @@ def timestamp_ns(value: Any) -> int:
     if isinstance(value, np.datetime64):
         if np.isnat(value):
             raise ValueError("timestamp is NaT")
-        unit, _ = np.datetime_data(value.dtype)
+        unit, count = np.datetime_data(value.dtype)
         raw = int(value.astype(np.int64))
         if unit in _NS_UNITS:
-            return _check_range(raw * _NS_UNITS[unit], value)
+            # Exact in Python ints, the unit's multiplier included (datetime64[10ms]).
+            return _check_range(raw * _NS_UNITS[unit] * count, value)
         return _check_range(int(value.astype("datetime64[ns]").astype(np.int64)), value)
     # pandas.Timestamp is a datetime subclass carrying nanoseconds in .value; check it first.
     if type(value).__name__ == "Timestamp" and hasattr(value, "nanosecond") and hasattr(value, "value"):
@@ -224,9 +235,7 @@ def timestamp_ns(value: Any) -> int:
     if hasattr(value, "micros") and type(value).__module__.startswith("apache_beam"):
         return _check_range(int(value.micros) * 1000, value)
     if isinstance(value, (float, np.floating)):
-        raise TypeError(
-            f"float timestamp {value!r} is ambiguous: give int nanoseconds, a datetime or an ISO string"
-        )
+        raise TypeError(f"float timestamp {value!r} is ambiguous: give int nanoseconds, a datetime or an ISO string")
     raise TypeError(f"unsupported timestamp type {type(value).__name__}: {value!r:.80}")
 
 
@@ -239,7 +248,11 @@ def timestamps_ns(values: Any) -> npt.NDArray[np.int64]:
     """
     if isinstance(values, np.ndarray):
         if values.dtype.kind == "i":
-            return values.astype(np.int64, copy=False)
+            out = values.astype(np.int64, copy=False)
+            if out.size and out.min() == _INT64_MIN:
+                # Refused as a scalar too: -2**63 is no timestamp (the int64 NaT pattern).
+                raise ValueError("timestamp -9223372036854775808 is outside the int64 nanosecond range (1677..2262)")
+            return out
         if values.dtype.kind == "u":
             if values.size and values.max() > _INT64_MAX:
                 raise ValueError("timestamp above the int64 nanosecond range")
@@ -252,6 +265,7 @@ def timestamps_ns(values: Any) -> npt.NDArray[np.int64]:
             scale = _NS_UNITS.get(unit)
             if scale is None or count != 1:
                 return np.array([timestamp_ns(v) for v in values], dtype=np.int64)
+            scale = scale * count
             if scale == 1:
                 return raw
             limit = _INT64_MAX // scale

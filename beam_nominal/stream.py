@@ -192,6 +192,8 @@ class _Core:
                 self.submit(pending)
             finally:
                 self.lock.acquire()
+            # The lock was let go: close() may have cut for the last time meanwhile.
+            self.check_open()
         while buf.nbytes + self.in_flight_bytes >= self.budget:
             if not self.upload.block_on_full:
                 raise BackpressureError(

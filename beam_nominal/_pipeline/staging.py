@@ -28,7 +28,7 @@ conversion rules). Nothing here is thread-safe: one writer owns a batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -46,6 +46,7 @@ from beam_nominal._pipeline.values import (
     float_row,
     string_row,
     struct_json,
+    text_bytes,
     value_bytes,
 )
 from beam_nominal.errors import SeriesTypeError
@@ -105,7 +106,13 @@ class _Slot:
 class _Block:
     """Rows of wide records that share their channels, value types and tags."""
 
-    __slots__ = ("checks", "keys", "plain", "rows", "seq", "slots", "ts", "types", "width")
+    __slots__ = ("checks", "keys", "plain", "rows", "seq", "slots", "texts", "ts", "types", "width")
+
+    def row_bytes(self, row: list[Any]) -> int:
+        """Estimated encoded bytes of one row (24 a point, plus its text)."""
+        if not self.texts:
+            return 24 * self.width
+        return 24 * self.width + text_bytes([row[j] for j in self.texts])
 
     def __init__(self, keys: tuple[Any, ...], types: tuple[type, ...], slots: list[_Slot | None]) -> None:
         self.keys = keys
@@ -127,6 +134,8 @@ class _Block:
         )
         #: Points per row.
         self.width = sum(s is not None for s in slots)
+        #: Columns of text, whose length a row's size estimate adds.
+        self.texts = [j for j, t in enumerate(types) if t is str and slots[j] is not None]
         self.ts: list[int] = []
         self.rows: list[list[Any]] = []
 
@@ -136,8 +145,6 @@ class PointBatch:
 
     Args:
         tags: tags of every series (an element's own tags win on a clash).
-        pinned: the type a series already has where the batch goes (a stream's pin), or None;
-            values of such a series are checked against it.
 
     Every ``add*`` method raises :class:`ElementError` (shape, channel, tags, timestamp),
     :class:`~beam_nominal.errors.SeriesTypeError` (a value conflicting with its series' type)
@@ -145,14 +152,8 @@ class PointBatch:
     appended nothing of the element.
     """
 
-    def __init__(
-        self,
-        tags: Mapping[str, str] | None = None,
-        pinned: Callable[[SeriesKey], ValueType | None] | None = None,
-    ) -> None:
+    def __init__(self, tags: Mapping[str, str] | None = None) -> None:
         self._base: tuple[tuple[str, str], ...] = SeriesKey.of("_", tags).tags if tags else ()
-        #: The type a series already has where the batch will go (a stream's pins), if any.
-        self._pinned = pinned
         self._slots: list[_Slot] = []
         self._by_key: dict[SeriesKey, _Slot] = {}
         #: channel -> slot, for elements without tags of their own.
@@ -272,7 +273,7 @@ class PointBatch:
             self._rows = True
             self._doubles = frozenset()
         self.counted += block.width
-        self.nbytes += 24 * block.width
+        self.nbytes += block.row_bytes(row)
 
     def _new_block(
         self,
@@ -362,6 +363,8 @@ class PointBatch:
             if new:
                 self._register(slot, name, tags)
             self.flat.extend((slot.code, t, converted))
+            if type(converted) is not float:
+                self.nbytes += _point_bytes(converted)
 
     # -- columns ----------------------------------------------------------------------------------
 
@@ -462,7 +465,7 @@ class PointBatch:
         if self._rows:
             self._settle_rows()
         self.flat.extend((slot.code, t, value))
-        self.nbytes += 24 + 8 * len(value)  # text or an array row: as _point_bytes
+        self.nbytes += _point_bytes(value)
 
     def add_chunks(self, chunks: Sequence[Chunk]) -> None:
         """Chunks already converted (another batch's :meth:`take`): all checked against the
@@ -481,11 +484,9 @@ class PointBatch:
             self.add_chunk(chunk)
 
     def vtype_of(self, key: SeriesKey) -> ValueType | None:
-        """The type of a series known to the batch (or to where it goes), else None."""
+        """The type of a series known to the batch, else None."""
         slot = self._by_key.get(key)
-        if slot is not None:
-            return slot.vtype
-        return self._pinned(key) if self._pinned is not None else None
+        return slot.vtype if slot is not None else None
 
     def add_chunk(self, chunk: Chunk) -> None:
         """Points already converted by another batch's :meth:`take` (cross-bundle batching)."""
@@ -510,7 +511,7 @@ class PointBatch:
         and a one-element bundle of a wide record would otherwise check a hundred names.
         """
         keys = self._keys
-        self.__init__(dict(self._base) or None, self._pinned)  # type: ignore[misc]
+        self.__init__(dict(self._base) or None)  # type: ignore[misc]
         if len(keys) <= _KEYS_KEPT:
             self._keys = keys
 
@@ -548,13 +549,8 @@ class PointBatch:
             return slot, False
         key = self._key(channel, tags, field)
         known = self._by_key.get(key)
-        if known is None and self._pinned is not None:
-            vt = self._pinned(key)
-            if vt is not None:
-                # Typed already where the batch goes: a slot of that type pins nothing new.
-                known = _Slot(-1, key, vt)
         if known is not None:
-            self._register(known, channel, tags)  # new to the batch, or a new spelling of known tags
+            self._register(known, channel, tags)  # a new spelling of known tags: cache it
             return known, False
         return _Slot(-1, key, ValueType.DOUBLE), True
 
@@ -673,8 +669,8 @@ class PointBatch:
         self.counted += n
 
     def _settle_rows(self) -> None:
-        # Rows were counted at 24 bytes a point; their chunks count themselves (_put).
-        self.nbytes -= 24 * sum(b.width * len(b.rows) for b in self._blocks.values())
+        # Rows were counted by row_bytes; their chunks count themselves (_put).
+        self.nbytes -= sum(b.row_bytes(r) for b in self._blocks.values() for r in b.rows)
         # Per series, its columns from every block; a series in several blocks (records of
         # different channel sets) has its pieces merged back into record order.
         pending = [block for block in self._blocks.values() if block.rows]
@@ -743,8 +739,12 @@ class PointBatch:
 
 def _point_bytes(value: Any) -> int:
     """Rough encoded bytes of one converted value and its timestamp (for hand-over sizes)."""
+    if type(value) is str:
+        return 24 + text_bytes((value,))
+    if type(value) is list:  # a string array
+        return 24 + text_bytes(value) + 2 * len(value)
     try:
-        return 24 + 8 * len(value)  # text, or an array row (a string array: a lower bound)
+        return 24 + 8 * len(value)  # a double-array row
     except TypeError:
         return 24  # a number
 

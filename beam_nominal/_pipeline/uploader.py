@@ -192,8 +192,9 @@ class Uploader:
                 "request %d attempt %d failed (%s); retrying in %.3fs", request.seq, attempt, reason, delay
             )
             if self._sleep(delay):
-                reason = f"stream closed while retrying: {reason}"
-                break
+                # Abandoned: the stream has written this request off and reported it failed;
+                # sending it anywhere now (the fallback included) would deliver it unreported.
+                return Outcome(False, False, f"stream closed while retrying: {reason}", attempt - 1, 0)
         return self._to_fallback(request, reason, attempt - 1)
 
     def _to_fallback(self, request: Request, reason: str, retries: int) -> Outcome:

@@ -42,6 +42,7 @@ __all__ = [
     "float_row",
     "float_rows",
     "string_row",
+    "text_bytes",
     "struct_json",
     "type_name",
     "value_bytes",
@@ -117,6 +118,8 @@ def _to_int64(v: Any) -> int:
         raise Mismatch
     if t is bool or isinstance(v, (np.bool_, np.signedinteger)):
         return int(v)
+    if isinstance(v, np.unsignedinteger) and v.dtype.itemsize < 8:  # fits int64 (as of_dtype)
+        return int(v)
     raise Mismatch
 
 
@@ -164,14 +167,20 @@ def type_name(value: Any) -> str:
         return type(value).__name__
 
 
+def text_bytes(texts: Sequence[str]) -> int:
+    """UTF-8 bytes of some strings: their length when ASCII (one C pass), else encoded."""
+    joined = "".join(texts)
+    return len(joined) if joined.isascii() else len(joined.encode("utf-8", "surrogatepass"))
+
+
 def value_bytes(vtype: ValueType, values: list[Any]) -> int:
     """Estimated encoded bytes of a tail's values (timestamps not included)."""
     if vtype is ValueType.STRING or vtype is ValueType.STRUCT:
-        return sum(map(len, values)) + 3 * len(values)
+        return text_bytes(values) + 3 * len(values)
     if vtype is ValueType.DOUBLE_ARRAY:
         return sum(map(len, values)) * 8 + 4 * len(values)
     if vtype is ValueType.STRING_ARRAY:
-        return sum(sum(map(len, r)) + 2 * len(r) for r in values) + 4 * len(values)
+        return sum(text_bytes(r) + 2 * len(r) for r in values) + 4 * len(values)
     return FIXED_VALUE_BYTES[vtype] * len(values)
 
 
@@ -180,7 +189,7 @@ def float_rows(channel: str, rows: Any) -> tuple[list[npt.NDArray[np.float64]], 
     if isinstance(rows, np.ndarray) and rows.ndim == 2:
         if rows.dtype.kind not in "fiu":
             raise TypeError(f"channel {channel!r}: double-array rows must be numeric, got dtype {rows.dtype}")
-        arr = np.ascontiguousarray(rows, dtype=np.float64)
+        arr = np.array(rows, dtype=np.float64, order="C")  # a copy: callers may reuse their array
         return list(arr), arr.size * 8 + 4 * len(arr)
     out = [float_array_row(channel, r) for r in rows]
     return out, sum(map(len, out)) * 8 + 4 * len(out)
@@ -284,7 +293,7 @@ def column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueTy
             if vt is ValueType.STRING:
                 out = values.astype(str).tolist()
                 check_texts(channel, "string", out)
-                return vt, out, sum(map(len, out)) + 3 * len(out)
+                return vt, out, text_bytes(out) + 3 * len(out)
             arr = np.array(values, dtype=vt.numpy_dtype, copy=True)
             return vt, arr, arr.size * (8 if vt is ValueType.DOUBLE else 10)
         values = values.tolist()
@@ -300,7 +309,7 @@ def column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueTy
     if isinstance(first, Mapping):
         vt = check_pin(channel, pinned, ValueType.STRUCT)
         out = [struct_json(channel, v) for v in values]
-        return vt, out, sum(map(len, out)) + 3 * len(out)
+        return vt, out, text_bytes(out) + 3 * len(out)
     if isinstance(first, np.ndarray) or (isinstance(first, Sequence) and not isinstance(first, (str, bytes))):
         inner = first[0] if len(first) else None
         if isinstance(inner, str):
@@ -310,7 +319,7 @@ def column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueTy
             for r in values:
                 row = string_row(channel, r)
                 srows.append(row)
-                nbytes += sum(map(len, row)) + 2 * len(row) + 4
+                nbytes += text_bytes(row) + 2 * len(row) + 4
             return vt, srows, nbytes
         vt = check_pin(channel, pinned, ValueType.DOUBLE_ARRAY)
         frows, nbytes = float_rows(channel, values)
@@ -344,7 +353,7 @@ def column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueTy
                 ) from None
         raise  # pragma: no cover
     if vt is ValueType.STRING:
-        return vt, out, sum(map(len, out)) + 3 * len(out)
+        return vt, out, text_bytes(out) + 3 * len(out)
     arr = np.array(out, dtype=vt.numpy_dtype)
     return vt, arr, arr.size * (8 if vt is ValueType.DOUBLE else 10)
 
@@ -368,17 +377,17 @@ def arrow_column(name: str, col: Any, pinned: ValueType | None) -> tuple[ValueTy
         return column(name, arr, pinned)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         out = col.to_pylist()
-        return check_pin(name, pinned, ValueType.STRING), out, sum(map(len, out)) + 3 * len(out)
+        return check_pin(name, pinned, ValueType.STRING), out, text_bytes(out) + 3 * len(out)
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         vtype = t.value_type
         if pa.types.is_string(vtype) or pa.types.is_large_string(vtype):
             rows = col.to_pylist()
-            nbytes = sum(sum(map(len, r)) + 2 * len(r) + 4 for r in rows)
+            nbytes = sum(text_bytes(r) + 2 * len(r) + 4 for r in rows)
             return check_pin(name, pinned, ValueType.STRING_ARRAY), rows, nbytes
         if pa.types.is_floating(vtype) or pa.types.is_integer(vtype):
             frows = [np.asarray(r.values.to_numpy(zero_copy_only=False), dtype=np.float64) for r in col]
             return check_pin(name, pinned, ValueType.DOUBLE_ARRAY), frows, sum(r.size * 8 + 4 for r in frows)
     if pa.types.is_struct(t) or pa.types.is_map(t):
         out = [struct_json(name, dict(v) if not isinstance(v, dict) else v) for v in col.to_pylist()]
-        return check_pin(name, pinned, ValueType.STRUCT), out, sum(map(len, out)) + 3 * len(out)
+        return check_pin(name, pinned, ValueType.STRUCT), out, text_bytes(out) + 3 * len(out)
     raise TypeError(f"column {name!r} has Arrow type {t}, which has no Nominal type")
