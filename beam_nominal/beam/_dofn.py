@@ -180,6 +180,8 @@ class WriteDoFn(beam.DoFn):
         self._stream: Any = None
         self._batch = PointBatch(config.tags)
         self._readers: dict[type, Reader] = {}
+        #: NamedTuple classes whose instances are (channel, timestamp, value) points as they are.
+        self._points: set[type] = set()
         #: ``batch.flat`` holds three items per point.
         self._flat_limit = 3 * HANDOVER_POINTS
 
@@ -223,9 +225,10 @@ class WriteDoFn(beam.DoFn):
 
     def process(self, element: Any) -> Iterable[FailedElement]:
         batch = self._batch
-        # The commonest element of all, (channel, int ns, float), costs one call here; any
-        # other goes to the reader of its class.
-        if type(element) is not tuple or not batch.add_fast(element):
+        # The commonest elements of all, (channel, int ns, float) as a tuple or a NamedTuple
+        # with those fields in that order, cost one call here; any other goes to its reader.
+        cls = type(element)
+        if (cls is not tuple and cls not in self._points) or not batch.add_fast(element):
             try:
                 read = self._readers.get(type(element)) or self._reader(element)
                 read(element)
@@ -236,8 +239,11 @@ class WriteDoFn(beam.DoFn):
         return ()
 
     def _reader(self, element: Any) -> Reader:
+        cls = type(element)
         read = reader_for(element, self._batch, self._config.timestamp_field)
-        self._readers[type(element)] = read
+        self._readers[cls] = read
+        if getattr(cls, "_fields", None) == ("channel", self._config.timestamp_field, "value"):
+            self._points.add(cls)  # its instances are points as they are (see process)
         return read
 
     def _fail(self, element: Any, exc: Exception) -> list[FailedElement]:
