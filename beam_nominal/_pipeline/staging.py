@@ -228,8 +228,12 @@ class PointBatch:
         slot, value = self._value_for(slot, new, value)
         if new:
             self._register(slot, channel, tags)
+        self._append(slot, t, value)
+
+    def _append(self, slot: _Slot, t: int, value: Any) -> None:
+        """A checked point onto the flat list (the checked paths' one way there)."""
         if self._rows:
-            self._settle_rows()
+            self._settle_rows()  # rows that came first stay first
         self.flat.extend((slot.code, t, value))
         if type(value) is not float:
             self.nbytes += _point_bytes(value)
@@ -357,14 +361,10 @@ class PointBatch:
             slot, new = self._slot_for(name, tags, field="channels")
             slot, converted = self._value_for(slot, new, value, name)
             checked.append((slot, new, name, converted))
-        if self._rows:
-            self._settle_rows()
         for slot, new, name, converted in checked:
             if new:
                 self._register(slot, name, tags)
-            self.flat.extend((slot.code, t, converted))
-            if type(converted) is not float:
-                self.nbytes += _point_bytes(converted)
+            self._append(slot, t, converted)
 
     # -- columns ----------------------------------------------------------------------------------
 
@@ -462,10 +462,7 @@ class PointBatch:
             self._register(slot, channel, tags)
         elif slot.vtype is not vtype:
             raise _bad_value(channel, slot, value, vtype.value)
-        if self._rows:
-            self._settle_rows()
-        self.flat.extend((slot.code, t, value))
-        self.nbytes += _point_bytes(value)
+        self._append(slot, t, value)
 
     def add_chunks(self, chunks: Sequence[Chunk]) -> None:
         """Chunks already converted (another batch's :meth:`take`): all checked against the

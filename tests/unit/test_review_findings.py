@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -65,7 +64,14 @@ def test_datetime64_with_a_unit_multiplier() -> None:
 
 
 def test_request_written_off_at_close_is_not_also_sent_to_the_fallback() -> None:
-    primary = RecordingTarget(fail=unavailable(10**9))
+    attempted = threading.Event()
+    down = unavailable(10**9)
+
+    def fail(request: object, attempt: int) -> object:
+        attempted.set()
+        return down(request, attempt)  # type: ignore[arg-type]
+
+    primary = RecordingTarget(fail=fail)  # type: ignore[arg-type]
     fallback = RecordingTarget()
     s = NominalStream(
         primary,
@@ -79,9 +85,7 @@ def test_request_written_off_at_close_is_not_also_sent_to_the_fallback() -> None
     s.enqueue_batch("a", [1, 2, 3], [1.0, 2.0, 3.0])
     s._core.cut_and_register(final=True)
     s._core.submit(s._core.take_submits())
-    deadline = time.monotonic() + 5
-    while not primary.calls and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert attempted.wait(5)  # the first attempt failed; the worker now waits 2 s to retry
     with pytest.raises(Exception, match="close timed out"):
         s.close(timeout=0.3)
     assert s.report().failed_points == 3
