@@ -40,7 +40,7 @@ import apache_beam as beam
 
 from beam_nominal._pipeline.staging import Chunk, PointBatch
 from beam_nominal._pipeline.uploader import WorkerPool
-from beam_nominal.beam._elements import ELEMENT_ERRORS, FailedElement, Reader, failed, reader_for
+from beam_nominal.beam._elements import ELEMENT_ERRORS, FailedElement, Reader, failed, is_point_fields, reader_for
 from beam_nominal.beam._metrics import MeasuredTarget, SinkMetrics
 from beam_nominal.settings import resolve
 
@@ -242,7 +242,7 @@ class WriteDoFn(beam.DoFn):
         cls = type(element)
         read = reader_for(element, self._batch, self._config.timestamp_field)
         self._readers[cls] = read
-        if getattr(cls, "_fields", None) == ("channel", self._config.timestamp_field, "value"):
+        if is_point_fields(getattr(cls, "_fields", ()), self._config.timestamp_field):
             self._points.add(cls)  # its instances are points as they are (see process)
         return read
 

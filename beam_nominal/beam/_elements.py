@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from beam_nominal._pipeline.staging import ElementError, PointBatch, is_column
 
-__all__ = ["ELEMENT_ERRORS", "ElementError", "FailedElement", "reader_for"]
+__all__ = ["ELEMENT_ERRORS", "ElementError", "FailedElement", "is_point_fields", "reader_for"]
 
 #: What a reader or the batch raises for a bad element (SeriesTypeError is a TypeError).
 ELEMENT_ERRORS = (TypeError, ValueError, KeyError)
@@ -80,6 +80,12 @@ def _kind_of_fields(names: Any, timestamp_field: str) -> str:
         "fields",
         f"no {timestamp_field!r} field and no channel: not a point, series or wide record; fields {sorted(names)}",
     )
+
+
+def is_point_fields(fields: Sequence[str], timestamp_field: str) -> bool:
+    """Whether a NamedTuple class with these fields holds ``(channel, timestamp, value)``
+    points as they are, in that order: what ``add_fast`` can take unchanged."""
+    return tuple(fields) == ("channel", timestamp_field, "value")
 
 
 def reader_for(element: Any, batch: PointBatch, timestamp_field: str) -> Reader:
@@ -169,7 +175,7 @@ def _named_reader(batch: PointBatch, fields: list[str], ts_field: str) -> Reader
     if kind == _POINT:
         ci, tsi, vi = idx["channel"], idx[ts_field], idx["value"]
         add_fast, add_tagged = batch.add_fast, batch.add_tagged
-        if (ci, tsi, vi) == (0, 1, 2) and len(fields) == 3:
+        if is_point_fields(fields, ts_field):
             # (channel, timestamp, value) in that order: the point itself.
             def read_plain(e: Any) -> None:
                 if not add_fast(e):
