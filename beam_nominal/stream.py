@@ -565,9 +565,6 @@ class NominalStream:
             raise
         if batch.linger is not None:
             threading.Thread(target=core.linger_loop, name="beam-nominal-linger", daemon=True).start()
-        # Shortcuts for the hot paths (the core owns both).
-        self._buffer = core.buffer
-        self._lock = core.lock
         self._finalizer = weakref.finalize(self, _finalize, core)
         if (
             threading.current_thread() is threading.main_thread()

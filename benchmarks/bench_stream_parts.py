@@ -30,7 +30,7 @@ import numpy as np
 
 from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._pipeline.packer import cut_requests
-from beam_nominal.model import ValueType
+from beam_nominal.model import SeriesKey, ValueType
 from beam_nominal.stream import NominalStream
 from beam_nominal.targets._avro_block import encode_records, thread_scratch
 from beam_nominal.targets.avro import _compress, _crc32
@@ -59,7 +59,7 @@ def _filled() -> Buffer:
     buf = Buffer()
     for r in range(CHUNKS):
         for i in range(SERIES):
-            s = buf.pin(f"g{i:04d}", None, ValueType.DOUBLE)
+            s = buf.pin_key(SeriesKey(f"g{i:04d}"), ValueType.DOUBLE)
             buf.add_chunk(s, ts + r * CHUNK, vals.copy(), 16 * CHUNK)
     return buf
 
