@@ -18,7 +18,10 @@ Life cycle (Beam reuses one instance for many bundles, one instance per concurre
   ``HANDOVER_POINTS`` points the batch goes to the stream in one call; the stream cuts requests
   on its budget, so memory stays bounded whatever the bundle size.
 * ``finish_bundle``: hands the rest over and returns only once every point of the bundle is
-  acknowledged; otherwise raises so the runner retries the bundle. It outputs nothing.
+  acknowledged; otherwise raises so the runner retries the bundle. The one exception: series
+  the target refused for good and named (a value type conflicting with what it stores) while it
+  took the rest; a retry cannot help them, so each is output as a ``FailedElement`` (in the
+  global window: its points came from many elements) and the bundle succeeds.
 * ``teardown``: releases the target and the threads (best effort; never holds data).
 
 The DoFn's only output is ``failed``, as its main output: DaskRunner hands each consumer of a
@@ -37,6 +40,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindows
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_nominal._pipeline.staging import Chunk, PointBatch
 from beam_nominal._pipeline.uploader import WorkerPool
@@ -251,16 +256,28 @@ class WriteDoFn(beam.DoFn):
         self._metrics.failed_elements.inc()
         return [failed(element, exc)]
 
-    def finish_bundle(self) -> None:
+    def finish_bundle(self) -> list[WindowedValue] | None:
         from beam_nominal.errors import DeliveryError
 
         stream, self._stream = self._stream, None
         if stream is None:
-            return
+            return None
         try:
             stream.enqueue_chunks(self._batch.take())
             report = stream.flush()
         except DeliveryError as exc:
+            if exc.rejected and exc.rejected == exc.undelivered:
+                # The target refused these series for good (their type conflicts with what it
+                # stores) and took everything else: retrying the bundle cannot help, so they go
+                # to the failed output, once per series.
+                stream.close()
+                assert self._metrics is not None
+                self._metrics.record(exc.report, self._measured.take_samples())
+                self._metrics.failed_elements.inc(len(exc.rejected))
+                return [
+                    GlobalWindows.windowed_value(self._rejected(k, n, exc.reasons.get(k, "")))
+                    for k, n in exc.rejected.items()
+                ]
             _abandon(stream)
             # The runner retries the bundle; requests already acknowledged are re-sent with the
             # same idempotency keys, so a key-recording server stores them once.
@@ -274,6 +291,14 @@ class WriteDoFn(beam.DoFn):
         stream.close()
         assert self._metrics is not None
         self._metrics.record(report, self._measured.take_samples())
+
+    def _rejected(self, key: Any, points: int, reason: str) -> FailedElement:
+        return FailedElement(
+            {"channel": key.channel, "tags": dict(key.tags), "points": points},
+            "RejectedSeries",
+            f"{points} points of series {key.describe()} were refused by {self._config.target!r} "
+            f"(dataset {self._config.dataset_rid!r}) for good: {reason}",
+        )
 
     def teardown(self) -> None:
         if self._stream is not None:
