@@ -1,13 +1,14 @@
 """``beam-nominal``: run the local ingest server, or inspect what one stored.
 
-    beam-nominal serve --data-dir DIR [--host 127.0.0.1] [--port 50051] [--http-port N] [--token T]
-                       [--tls-cert F --tls-key F]
+    beam-nominal serve --data-dir DIR [--host 127.0.0.1] [--port 50051] [--http-port N]
+                       [--token-file F | --token T] [--tls-cert F --tls-key F]
     beam-nominal inspect (--data-dir DIR | --target URL) [--dataset RID] [--channel C] [--token T]
 
 ``serve`` prints exactly one line once it accepts calls, ``listening on grpc://HOST:PORT``, or with
 ``--http-port`` ``listening on grpc://HOST:PORT and http://HOST:PORT/api`` (the second URL is the
 base URL Nominal's HTTP clients take; ``grpcs``/``https`` with TLS), and stops gracefully on
-SIGINT/SIGTERM. The token may also come from the ``NOMINAL_TOKEN`` variable.
+SIGINT/SIGTERM. The token may also come from the ``NOMINAL_TOKEN`` variable or, for ``serve``, a
+file (``--token-file``): both keep it out of ``ps``, which shows ``--token``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--http-port", type=int, help="also serve Nominal's HTTP write API on this port; 0 picks a free one"
     )
-    s.add_argument("--token", help=f"require 'authorization: Bearer TOKEN' (default: ${_TOKEN_ENV})")
+    s.add_argument(
+        "--token",
+        help=f"require 'authorization: Bearer TOKEN' (default: ${_TOKEN_ENV}); visible in ps: prefer --token-file",
+    )
+    s.add_argument("--token-file", help="read the token from this file (its first line)")
     s.add_argument("--tls-cert", help="PEM certificate chain; with --tls-key serves grpcs://")
     s.add_argument("--tls-key", help="PEM private key")
     s.add_argument("--grace", type=float, default=30.0, help="seconds in-flight calls get at shutdown")
@@ -67,7 +72,20 @@ def _serve(args: argparse.Namespace) -> int:
     if (args.tls_cert is None) != (args.tls_key is None):
         print("beam-nominal serve: --tls-cert and --tls-key go together", file=sys.stderr)
         return 2
+    if args.token and args.token_file:
+        print("beam-nominal serve: give --token or --token-file, not both", file=sys.stderr)
+        return 2
     token = args.token or os.environ.get(_TOKEN_ENV) or None
+    if args.token_file:
+        try:
+            with open(args.token_file, encoding="utf-8") as f:
+                token = f.readline().strip() or None
+        except OSError as exc:
+            print(f"beam-nominal serve: cannot read --token-file: {exc}", file=sys.stderr)
+            return 2
+        if token is None:
+            print(f"beam-nominal serve: --token-file {args.token_file} is empty", file=sys.stderr)
+            return 2
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -494,11 +494,10 @@ class _Core:
 def _finalize(core: _Core) -> None:
     if core.final_report is not None:
         return
-    warnings.warn(
-        f"NominalStream for {core.dataset_rid} was dropped without close(); draining now",
-        ResourceWarning,
-        stacklevel=2,
-    )
+    message = f"NominalStream for {core.dataset_rid} was dropped without close(); draining now"
+    # Python's default filters hide ResourceWarning: the log says it too.
+    _log.warning(message)
+    warnings.warn(message, ResourceWarning, stacklevel=2)
     try:
         core.close(core.upload.close_timeout)
     except Exception as exc:
