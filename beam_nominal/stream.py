@@ -480,8 +480,14 @@ class _Core:
         self.interrupts += 1
         self.accepting = False
         self.gate = True
-        if self.state is StreamState.OPEN:
-            self.state = StreamState.CLOSING
+        # The state only with the lock (a close in another thread may be ending); if this
+        # thread was interrupted holding it, close() makes the transition instead.
+        if self.lock.acquire(blocking=False):
+            try:
+                if self.state is StreamState.OPEN:
+                    self.state = StreamState.CLOSING
+            finally:
+                self.lock.release()
 
     def drain_interrupted(self) -> None:
         self.interrupt_raised = True  # the handler raises it
