@@ -25,15 +25,17 @@ from beam_nominal.server import LocalServer, LocalStore
 pytestmark = pytest.mark.timeout(600)
 
 CHILD = Path(__file__).with_name("_sigint_child.py")
-TRIALS = int(os.environ.get("BEAM_NOMINAL_SIGINT_TRIALS", "32"))
-POINTS = 1_000_000
+TRIALS = int(os.environ.get("BEAM_NOMINAL_SIGINT_TRIALS", "40"))
+#: Most trials write more than they can before the interrupt; every eighth writes few enough
+#: that the interrupt often lands in the final drain or after it.
+POINTS, FEW_POINTS = 3_000_000, 200_000
 
 
-def _trial(srv: LocalServer, wire: str, form: str, rid: str, delay: float) -> tuple[str, int, int | None]:
+def _trial(srv: LocalServer, wire: str, form: str, rid: str, delay: float, points: int) -> tuple[str, int, int | None]:
     target = srv.http_url if wire == "http" else srv.target
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
     proc = subprocess.Popen(
-        [sys.executable, str(CHILD), target, rid, str(POINTS), form],
+        [sys.executable, str(CHILD), target, rid, str(points), form],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -75,8 +77,9 @@ def test_sigint_at_random_moments_never_hangs_or_loses_points(tmp_path: Path) ->
             wire = ("grpc", "http")[i % 2]
             form = ("point", "point", "wide")[i % 3]
             rid = f"ri.sigint.trial.{i}"
-            delay = rng.uniform(0.0, 2.0 if form == "wide" else 1.2)
-            outcome, returned, _rc = _trial(srv, wire, form, rid, delay)
+            points = FEW_POINTS if i % 8 == 7 else POINTS
+            delay = rng.uniform(0.0, 1.5)
+            outcome, returned, _rc = _trial(srv, wire, form, rid, delay, points)
             if outcome not in ("interrupted", "finished"):
                 problems.append(f"trial {i} ({wire}, {form}, {delay:.2f}s): {outcome}")
                 continue
@@ -88,5 +91,6 @@ def test_sigint_at_random_moments_never_hangs_or_loses_points(tmp_path: Path) ->
                     f"trial {i} ({wire}, {form}, {delay:.2f}s): {returned} enqueues returned, "
                     f"{m} points stored, {len(set(stamps))} distinct"
                 )
+    print(f"sigint: {TRIALS} trials, {interrupted} interrupted, {len(problems)} hung or lost points")
     assert not problems, "\n".join(problems)
-    assert interrupted >= TRIALS // 2, f"only {interrupted} of {TRIALS} trials were interrupted before finishing"
+    assert interrupted >= min(30, TRIALS * 3 // 4), f"only {interrupted} of {TRIALS} trials were interrupted"
