@@ -452,7 +452,8 @@ def _type_python(cells: list[Any], text: bool, forced: str | None, name: str) ->
     chosen: list[tuple[int, str, Any]] = []
     for i, kind, parsed in kinds:
         group = _GROUP_OF.get(kind, kind)
-        if group != winner:
+        # In a text channel of a text file, a cell that looks like a number is text too ("1").
+        if group != winner and not (text and winner == "text"):
             bad[i] = (
                 f"type clash: {name} holds {winner} values ({counts[winner]} of {total} in this batch), "
                 f"this one is {group}: {cells[i]!r:.60} (--column-type {name}=TYPE decides)"

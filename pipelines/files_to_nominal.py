@@ -119,8 +119,9 @@ class ReadTelemetry:
                 return
             for item in reader_for(fmt)(f, path):
                 if isinstance(item, BadRow):
+                    rows_counter.inc()
                     bad_counter.inc()
-                    PROGRESS.add(bad=1)
+                    PROGRESS.add(rows=1, bad=1)
                     yield item
                     continue
                 rows_counter.inc(len(item))

@@ -94,9 +94,7 @@ def generate_series(
         values = np.cumsum(rng.integers(0, 4, k.size, dtype=np.int64))
     elif ch.kind == "string":
         if ch.name == "flight.phase":
-            phase = np.minimum(
-                (t * len(FLIGHT_PHASES) / max(seconds, 1)).astype(np.int64), len(FLIGHT_PHASES) - 1
-            )
+            phase = np.minimum((t * len(FLIGHT_PHASES) / max(seconds, 1)).astype(np.int64), len(FLIGHT_PHASES) - 1)
             values = [FLIGHT_PHASES[p] for p in phase.tolist()]
         else:
             values = [("AUTO", "MANUAL", "HOLD")[int(x)] for x in rng.integers(0, 3, k.size)]
@@ -109,9 +107,7 @@ def generate_series(
         yield ch.name, ts[start : start + step], values[start : start + step], tags
 
 
-def _shard_elements(
-    shard: int, shards: int, seconds: int, vehicles: int, seed: int, channels: int
-) -> Iterator[Any]:
+def _shard_elements(shard: int, shards: int, seconds: int, vehicles: int, seed: int, channels: int) -> Iterator[Any]:
     plan = channel_plan(channels)
     for index, ch in enumerate(plan):
         if index % shards != shard:
@@ -131,8 +127,7 @@ def build(p: Any, args: argparse.Namespace) -> Any:
         p
         | "Shards" >> beam.Create(list(range(shards)))
         | "Spread" >> beam.Reshuffle()
-        | "Generate"
-        >> beam.FlatMap(_shard_elements, shards, args.seconds, args.vehicles, args.seed, args.channels)
+        | "Generate" >> beam.FlatMap(_shard_elements, shards, args.seconds, args.vehicles, args.seed, args.channels)
         | "Write"
         >> WriteToNominal(
             args.target,
@@ -150,9 +145,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
         "Unknown options are Beam pipeline options (--runner, --direct_num_workers, ...).",
     )
     parser.add_argument("--demo", action="store_true", help="the make-demo run: local server, summary, check")
-    parser.add_argument(
-        "--target", default=None, help="grpc(s)://host:port or .avro path; none = embedded server"
-    )
+    parser.add_argument("--target", default=None, help="grpc(s)://host:port or .avro path; none = embedded server")
     parser.add_argument("--dataset-rid", default=None, help="dataset to write (default: a new one per run)")
     parser.add_argument("--token-env", default="NOMINAL_TOKEN", help="environment variable holding the token")
     parser.add_argument("--data-dir", default="nominal-data", help="embedded server data directory")
@@ -182,9 +175,7 @@ def verify(data_dir: str, dataset_rid: str, expected: dict[tuple[str, str], int]
     """Compare stored point counts per series with ``expected``; returns the mismatches."""
     from beam_nominal.server import LocalStore
 
-    got = {
-        (s.channel, s.tags.get("vehicle", "")): s.count for s in LocalStore(data_dir).list_series(dataset_rid)
-    }
+    got = {(s.channel, s.tags.get("vehicle", "")): s.count for s in LocalStore(data_dir).list_series(dataset_rid)}
     problems = [f"{k}: expected {n}, stored {got.get(k, 0)}" for k, n in expected.items() if got.get(k) != n]
     problems += [f"{k}: not generated, stored {n}" for k, n in got.items() if k not in expected]
     return problems
@@ -236,9 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     if args.dataset_rid is None:
-        args.dataset_rid = "ri.beam-nominal.demo." + dt.datetime.now(dt.timezone.utc).strftime(
-            "%Y%m%dT%H%M%S"
-        )
+        args.dataset_rid = "ri.beam-nominal.demo." + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     options = PipelineOptions(beam_args)
     runner: Any = None
     if not any(a.startswith("--runner") for a in beam_args):
@@ -272,9 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     data_dir = os.path.abspath(args.data_dir)
     problems = verify(data_dir, args.dataset_rid, expected)
     if problems:
-        print(
-            f"READ-BACK CHECK FAILED ({len(problems)} series):", *problems[:20], sep="\n  ", file=sys.stderr
-        )
+        print(f"READ-BACK CHECK FAILED ({len(problems)} series):", *problems[:20], sep="\n  ", file=sys.stderr)
         return 1
     print(f"read-back check: all {len(expected)} series hold exactly the generated {total:,} points")
     inspect, python = _command("beam-nominal"), _command("python")
