@@ -18,7 +18,8 @@ Life cycle (Beam reuses one instance for many bundles, one instance per concurre
   ``HANDOVER_POINTS`` points the batch goes to the stream in one call; the stream cuts requests
   on its budget, so memory stays bounded whatever the bundle size.
 * ``finish_bundle``: hands the rest over and returns only once every point of the bundle is
-  acknowledged; otherwise raises so the runner retries the bundle. It outputs nothing.
+  acknowledged; otherwise raises so the runner retries the bundle. It outputs nothing, except
+  with an Avro prefix target: the files it made visible (``WrittenFile``, global window).
 * ``teardown``: releases the target and the threads (best effort; never holds data).
 
 The DoFn's only output is ``failed``, as its main output: DaskRunner hands each consumer of a
@@ -37,12 +38,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindows
 
 from beam_nominal._pipeline.staging import Chunk, PointBatch
 from beam_nominal._pipeline.uploader import WorkerPool
 from beam_nominal.beam._elements import ELEMENT_ERRORS, FailedElement, Reader, failed, is_point_fields, reader_for
 from beam_nominal.beam._metrics import MeasuredTarget, SinkMetrics
 from beam_nominal.settings import resolve
+from beam_nominal.targets.avro_prefix import is_prefix
 
 _LOG = logging.getLogger(__name__)
 
@@ -135,8 +138,9 @@ class _SharedTargets:
         shareable = isinstance(config.target, str) and (token is None or isinstance(token, str))
         if not shareable:
             return _open_target(config.target, token, config.dataset_rid, config.target_options), None
-        # Avro files are per writer: two instances appending to one file would interleave blocks.
-        if config.target.endswith(".avro"):
+        # Avro files are per writer: two instances appending to one file would interleave blocks,
+        # and a prefix target holds the files of its instance's current bundle.
+        if config.target.endswith(".avro") or is_prefix(config.target):
             return _open_target(config.target, token, config.dataset_rid, config.target_options), None
         # An HTTP target is per dataset (the rid is in its URL); options change what it sends.
         key = (config.target, hash(token), config.dataset_rid, tuple(sorted(config.target_options.items())))
@@ -215,6 +219,7 @@ class WriteDoFn(beam.DoFn):
         settings["linger"] = None
         self._measured.take_samples()
         self._batch.clear()
+        _bundle_hook(self._target, "begin_bundle")
         self._stream = NominalStream(
             self._measured,
             dataset_rid=self._config.dataset_rid,
@@ -251,17 +256,20 @@ class WriteDoFn(beam.DoFn):
         self._metrics.failed_elements.inc()
         return [failed(element, exc)]
 
-    def finish_bundle(self) -> None:
+    def finish_bundle(self) -> list[Any] | None:
         from beam_nominal.errors import DeliveryError
 
         stream, self._stream = self._stream, None
         if stream is None:
-            return
+            return None
         try:
             stream.enqueue_chunks(self._batch.take())
             report = stream.flush()
+            # A file target makes the bundle's files visible only now that all of it is written.
+            written = _bundle_hook(self._target, "commit_bundle") or []
         except DeliveryError as exc:
             _abandon(stream)
+            _bundle_hook(self._target, "abort_bundle")
             # The runner retries the bundle; requests already acknowledged are re-sent with the
             # same idempotency keys, so a key-recording server stores them once.
             raise DeliveryError(
@@ -270,10 +278,13 @@ class WriteDoFn(beam.DoFn):
             ) from exc
         except BaseException:
             _abandon(stream)
+            _bundle_hook(self._target, "abort_bundle")
             raise
         stream.close()
         assert self._metrics is not None
         self._metrics.record(report, self._measured.take_samples())
+        # Files written (WrittenFile) come out with the failed elements; WriteToNominal splits them.
+        return [GlobalWindows.windowed_value(f) for f in written] or None
 
     def teardown(self) -> None:
         if self._stream is not None:
@@ -289,6 +300,12 @@ class WriteDoFn(beam.DoFn):
                 SHARED_TARGETS.release(target, key)
             except Exception:
                 _LOG.warning("WriteToNominal: closing the target failed", exc_info=True)
+
+
+def _bundle_hook(target: Any, name: str) -> Any:
+    """Call a target's bundle hook (``begin_bundle``, ``commit_bundle``, ``abort_bundle``) if it has one."""
+    hook = getattr(target, name, None)
+    return hook() if callable(hook) else None
 
 
 def _abandon(stream: Any) -> None:
