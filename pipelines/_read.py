@@ -511,6 +511,8 @@ class Layout:
     value_column: str
     tags_column: str | None
     column_types: Mapping[str, str]
+    #: Writing Avro files, whose ``long`` is int64: integers above 2**63 - 1 are bad rows there.
+    int64_only: bool = False
 
 
 def elements(rows: Rows, cfg: Layout) -> Iterator[Any]:
@@ -536,7 +538,7 @@ def _wide(rows: Rows, cfg: Layout, ts: np.ndarray, bad_ts: Mapping[int, str]) ->
     for name, col in rows.columns.items():
         if name == cfg.timestamp_column or not good.size:
             continue
-        values, kept, bad = type_values(col, good, rows.text, cfg.column_types.get(name), name)
+        values, kept, bad = _typed(cfg, col, good, rows.text, name, name)
         for pos, reason in sorted(bad.items()):
             yield rows.bad(int(good[pos]), reason, name)
         if kept.size:
@@ -581,7 +583,7 @@ def _long(rows: Rows, cfg: Layout, ts: np.ndarray, bad_ts: Mapping[int, str]) ->
     for key, members in groups.items():
         idx = np.asarray(members, np.int64)
         channel = key[0]
-        values, kept, bad = type_values(values_col, idx, rows.text, cfg.column_types.get(channel), channel)
+        values, kept, bad = _typed(cfg, values_col, idx, rows.text, channel, channel)
         kept_set = set(kept.tolist())
         for pos in range(len(idx)):
             if pos in bad:
@@ -590,6 +592,18 @@ def _long(rows: Rows, cfg: Layout, ts: np.ndarray, bad_ts: Mapping[int, str]) ->
                 yield rows.bad(int(idx[pos]), "empty value", cfg.value_column)
         if kept.size:
             yield channel, ts[idx[kept]], values, tags_of[key]
+
+
+def _typed(
+    cfg: Layout, col: Any, idx: np.ndarray, text: bool, type_key: str, name: str
+) -> tuple[Any, np.ndarray, dict[int, str]]:
+    values, kept, bad = type_values(col, idx, text, cfg.column_types.get(type_key), name)
+    if cfg.int64_only and isinstance(values, np.ndarray) and values.dtype == np.uint64:
+        over = values > np.uint64(INT64_MAX)
+        for j in np.flatnonzero(over).tolist():
+            bad[int(kept[j])] = f"integer {int(values[j])} is above 2**63 - 1, which an Avro long cannot hold"
+        values, kept = values[~over].astype(np.int64), kept[~over]
+    return values, kept, bad
 
 
 def _pylist(col: Any) -> list[Any]:

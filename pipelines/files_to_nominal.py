@@ -92,6 +92,7 @@ class ReadTelemetry:
         value_column: str,
         tags_column: str | None,
         column_types: Mapping[str, str] | None = None,
+        int64_only: bool = False,
     ) -> None:
         self.fmt = fmt
         self.cfg = Layout(
@@ -102,6 +103,7 @@ class ReadTelemetry:
             value_column,
             tags_column,
             dict(column_types or {}),
+            int64_only,
         )
 
     def __call__(self, readable: Any) -> Iterator[Any]:
@@ -200,6 +202,10 @@ def _count_file(f: Any) -> Any:
     return f
 
 
+def _is_url(target: str) -> bool:
+    return target.split("://", 1)[0].lower() in ("http", "https", "grpc", "grpcs")
+
+
 def build(p: Any, args: argparse.Namespace) -> Any:
     """Add reading and writing to pipeline ``p``; returns the WriteToNominal result."""
     import apache_beam as beam
@@ -216,6 +222,8 @@ def build(p: Any, args: argparse.Namespace) -> Any:
         args.value_column,
         args.tags_column,
         dict(t.split("=", 1) for t in args.column_type),
+        # Avro files hold integers as long (int64): larger ones are bad rows, not a failed job.
+        int64_only=bool(args.target) and (args.target.endswith((".avro", "/")) and not _is_url(args.target)),
     )
     tags = dict(t.split("=", 1) for t in args.tag) if args.tag else None
     globs = p | "Globs" >> beam.Create(list(args.input))
