@@ -250,7 +250,7 @@ def test_files_to_an_avro_prefix_and_back_into_a_server(server: LocalServer, tmp
     (tmp_path / "in.csv").write_text("channel,timestamp,value\n" + "\n".join(rows) + "\n")
     prefix = tmp_path / "avro"
     rid = "ri.test.avro.roundtrip"
-    code, out, records = _run(server, tmp_path, rid, [tmp_path / "in.csv"], "--tag", "run=1")
+    code, out, _ = _run(server, tmp_path, rid, [tmp_path / "in.csv"], "--tag", "run=1")
     assert code == 0
     argv = ["--input", str(tmp_path / "in.csv"), "--target", f"{prefix}/", "--dataset-rid", rid, "--tag", "run=1"]
     argv += ["--failed-output", str(tmp_path / "avro-failed" / "out"), "--quiet"]
@@ -271,3 +271,19 @@ def test_files_to_an_avro_prefix_and_back_into_a_server(server: LocalServer, tmp
             == server.store.series_info(rid, ch, {"run": "1"}).value_type
         )
     assert _points(server, rid2, "i.min", {"run": "1"}) == [(T0 + 1, -(2**63))]
+
+
+def test_progress_lines_report_rows_while_the_job_runs() -> None:
+    import io as _io
+
+    out = _io.StringIO()
+    files_to_nominal.PROGRESS.__init__()  # type: ignore[misc]
+    files_to_nominal.PROGRESS.add(rows=1234, bad=5, files=2)
+    printer = files_to_nominal._ProgressPrinter(0.01, out)
+    with printer:
+        import time as _time
+
+        deadline = _time.monotonic() + 10
+        while "1,234 rows read" not in out.getvalue() and _time.monotonic() < deadline:
+            printer._stop.wait(0.01)
+    assert "2 files done, 1,234 rows read, 5 bad rows" in out.getvalue()
