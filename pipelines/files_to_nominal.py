@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines._read import COLUMN_TYPES, UNIT_NS, BadRow, Layout, elements, reader_for
+from pipelines._read import COLUMN_TYPES, UNIT_NS, BadRow, Layout, csv_rows, elements, reader_for
 
 FORMATS = ("csv", "parquet", "jsonl", "avro")
 _EXTENSIONS = {
@@ -119,7 +119,8 @@ class ReadTelemetry:
                 PROGRESS.add(files=1)
                 Metrics.counter(NAMESPACE, "files").inc()
                 return
-            for item in reader_for(fmt)(f, path):
+            rows = csv_rows(f, path, reopen=lambda: _open(readable)) if fmt == "csv" else reader_for(fmt)(f, path)
+            for item in rows:
                 if isinstance(item, BadRow):
                     rows_counter.inc()
                     bad_counter.inc()

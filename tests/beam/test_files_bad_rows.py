@@ -287,3 +287,35 @@ def test_progress_lines_report_rows_while_the_job_runs() -> None:
         while "1,234 rows read" not in out.getvalue() and _time.monotonic() < deadline:
             printer._stop.wait(0.01)
     assert "2 files done, 1,234 rows read, 5 bad rows" in out.getvalue()
+
+
+def test_csv_row_numbers_stay_exact_when_the_fast_reader_hands_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyarrow reads the first blocks; from the block with a short row on, Python's csv does."""
+    from pipelines import _read
+
+    monkeypatch.setattr(_read, "CSV_BLOCK_BYTES", 16 << 10)
+    lines = ["channel,timestamp,value"] + [f"c{i % 3},{T0 + i},{i}" for i in range(3000)]
+    lines[2001] = "c0,oops"  # data row 2001 (line 2002): well past the first 16 KiB block
+    lines.insert(2500, "")  # a blank line: data rows after it end one line later
+    lines[2700] = f"c1,{T0 + 2699},not-a-number-at-all"  # row 2699 (after the blank line), line 2701
+    path = tmp_path / "long.csv"
+    path.write_text("\n".join(lines) + "\n")
+    cfg = _read.Layout("long", "timestamp", "ns", "channel", "value", None, {})
+    batches = list(_read.csv_rows(open(path, "rb"), str(path), reopen=lambda: open(path, "rb")))  # noqa: SIM115
+    rows = [b for b in batches if isinstance(b, _read.Rows)]
+    assert len(rows) >= 3 and rows[0].rows[0] == 1  # a fast batch first, then the Python reader
+    bad = [b for b in batches if isinstance(b, _read.BadRow)]
+    bad += [e for r in rows for e in _read.elements(r, cfg) if isinstance(e, _read.BadRow)]
+    assert sorted((b.row, b.line) for b in bad) == [(2001, 2002), (2699, 2701)]
+    got: dict[str, list[tuple[int, int]]] = {}
+    for r in rows:
+        for e in _read.elements(r, cfg):
+            if not isinstance(e, _read.BadRow):
+                got.setdefault(e[0], []).extend(zip(e[1].tolist(), e[2].tolist(), strict=True))
+    expected: dict[str, list[tuple[int, int]]] = {}
+    for i in range(3000):
+        if i not in (2000, 2698):
+            expected.setdefault(f"c{i % 3}", []).append((T0 + i, i))
+    assert {k: sorted(v) for k, v in got.items()} == expected
