@@ -624,7 +624,9 @@ def elements(rows: Rows, cfg: Layout) -> Iterator[Any]:
 
 
 def _wide(rows: Rows, cfg: Layout, ts: np.ndarray, bad_ts: Mapping[int, str]) -> Iterator[Any]:
-    good = np.asarray([i for i in range(len(rows)) if i not in bad_ts], np.int64)
+    keep = np.ones(len(rows), dtype=bool)
+    keep[list(bad_ts)] = False
+    good = np.flatnonzero(keep)
     for name, col in rows.columns.items():
         if name == cfg.timestamp_column or not good.size:
             continue

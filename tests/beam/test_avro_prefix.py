@@ -273,3 +273,25 @@ def test_writer_schema_and_records_equal_nominal_streamings(tmp_path: Path) -> N
 
     assert by_series(records_b) == by_series(records_a)
     assert written.points == 102 and written.series == 4
+
+
+def test_cross_bundle_batching_writes_the_same_records(tmp_path: Path) -> None:
+    elements = _elements(n_series=6, points=200)
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        result = (
+            p
+            | beam.Create(elements)
+            | WriteToNominal(f"{tmp_path}/x/", dataset_rid=RID, cross_bundle_batching=True, batch_size=5)
+        )
+        assert result.files is not None
+    assert _temp_files(tmp_path / "x") == []
+    assert _read_all(_visible(tmp_path / "x")) == _expected(elements)
+
+
+def test_prefix_options_are_checked_where_they_are_given() -> None:
+    with pytest.raises(ValueError, match="Avro prefix targets"):
+        WriteToNominal("grpc://127.0.0.1:1", dataset_rid=RID, max_file_bytes=10)
+    with pytest.raises(ValueError, match="codec"):
+        WriteToNominal("/tmp/somewhere/", dataset_rid=RID, codec="zstd")
+    with pytest.raises(ValueError, match="dataset_rid"):
+        WriteToNominal("/tmp/somewhere/")
