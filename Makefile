@@ -15,7 +15,7 @@ BEAM_MIN_STAMP := $(BEAM_MIN)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev]'
+	$(PY) -m pip install -q -e '.[test,dev,plot]'
 	touch $@
 
 # The published nominal-api-protos needs protobuf >= 7, which apache-beam forbids: the wire

@@ -21,7 +21,8 @@ Life cycle (Beam reuses one instance for many bundles, one instance per concurre
   acknowledged; otherwise raises so the runner retries the bundle. The one exception: series
   the target refused for good and named (a value type conflicting with what it stores) while it
   took the rest; a retry cannot help them, so each is output as a ``FailedElement`` (in the
-  global window: its points came from many elements) and the bundle succeeds.
+  global window: its points came from many elements) and the bundle succeeds. With an Avro
+  prefix target it also outputs the files it made visible (``WrittenFile``, global window).
 * ``teardown``: releases the target and the threads (best effort; never holds data).
 
 The DoFn's only output is ``failed``, as its main output: DaskRunner hands each consumer of a
@@ -48,6 +49,7 @@ from beam_nominal._pipeline.uploader import WorkerPool
 from beam_nominal.beam._elements import ELEMENT_ERRORS, FailedElement, Reader, failed, is_point_fields, reader_for
 from beam_nominal.beam._metrics import MeasuredTarget, SinkMetrics
 from beam_nominal.settings import resolve
+from beam_nominal.targets.avro_prefix import is_prefix
 
 _LOG = logging.getLogger(__name__)
 
@@ -140,8 +142,9 @@ class _SharedTargets:
         shareable = isinstance(config.target, str) and (token is None or isinstance(token, str))
         if not shareable:
             return _open_target(config.target, token, config.dataset_rid, config.target_options), None
-        # Avro files are per writer: two instances appending to one file would interleave blocks.
-        if config.target.endswith(".avro"):
+        # Avro files are per writer: two instances appending to one file would interleave blocks,
+        # and a prefix target holds the files of its instance's current bundle.
+        if config.target.endswith(".avro") or is_prefix(config.target):
             return _open_target(config.target, token, config.dataset_rid, config.target_options), None
         # An HTTP target is per dataset (the rid is in its URL); options change what it sends.
         key = (config.target, hash(token), config.dataset_rid, tuple(sorted(config.target_options.items())))
@@ -220,6 +223,7 @@ class WriteDoFn(beam.DoFn):
         settings["linger"] = None
         self._measured.take_samples()
         self._batch.clear()
+        _bundle_hook(self._target, "begin_bundle")
         self._stream = NominalStream(
             self._measured,
             dataset_rid=self._config.dataset_rid,
@@ -265,20 +269,22 @@ class WriteDoFn(beam.DoFn):
         try:
             stream.enqueue_chunks(self._batch.take())
             report = stream.flush()
+            # A file target makes the bundle's files visible only now that all of it is written.
+            written = _bundle_hook(self._target, "commit_bundle") or []
         except DeliveryError as exc:
             if exc.rejected and exc.rejected == exc.undelivered:
                 # The target refused these series for good (their type conflicts with what it
                 # stores) and took everything else: retrying the bundle cannot help, so they go
                 # to the failed output, once per series.
                 stream.close()
+                written = _bundle_hook(self._target, "commit_bundle") or []
                 assert self._metrics is not None
                 self._metrics.record(exc.report, self._measured.take_samples())
                 self._metrics.failed_elements.inc(len(exc.rejected))
-                return [
-                    GlobalWindows.windowed_value(self._rejected(k, n, exc.reasons.get(k, "")))
-                    for k, n in exc.rejected.items()
-                ]
+                rejected = [self._rejected(k, n, exc.reasons.get(k, "")) for k, n in exc.rejected.items()]
+                return [GlobalWindows.windowed_value(v) for v in [*rejected, *written]]
             _abandon(stream)
+            _bundle_hook(self._target, "abort_bundle")
             # The runner retries the bundle; requests already acknowledged are re-sent with the
             # same idempotency keys, so a key-recording server stores them once.
             raise DeliveryError(
@@ -287,10 +293,13 @@ class WriteDoFn(beam.DoFn):
             ) from exc
         except BaseException:
             _abandon(stream)
+            _bundle_hook(self._target, "abort_bundle")
             raise
         stream.close()
         assert self._metrics is not None
         self._metrics.record(report, self._measured.take_samples())
+        # Files written (WrittenFile) come out with the failed elements; WriteToNominal splits them.
+        return [GlobalWindows.windowed_value(f) for f in written] or None
 
     def _rejected(self, key: Any, points: int, reason: str) -> FailedElement:
         return FailedElement(
@@ -314,6 +323,12 @@ class WriteDoFn(beam.DoFn):
                 SHARED_TARGETS.release(target, key)
             except Exception:
                 _LOG.warning("WriteToNominal: closing the target failed", exc_info=True)
+
+
+def _bundle_hook(target: Any, name: str) -> Any:
+    """Call a target's bundle hook (``begin_bundle``, ``commit_bundle``, ``abort_bundle``) if it has one."""
+    hook = getattr(target, name, None)
+    return hook() if callable(hook) else None
 
 
 def _abandon(stream: Any) -> None:

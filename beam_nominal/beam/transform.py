@@ -29,6 +29,7 @@ from beam_nominal._pipeline.staging import PointBatch
 from beam_nominal.beam._dofn import FAILED_TAG, SinkConfig, ToChunksDoFn, WriteChunksDoFn, WriteDoFn
 from beam_nominal.settings import resolve
 from beam_nominal.targets._factory import http_options
+from beam_nominal.targets.avro_prefix import AvroPrefixTarget, WrittenFile, is_prefix
 
 __all__ = ["DEFAULT_LOCAL_DATASET", "WriteToNominal", "WriteToNominalResult", "embedded_server"]
 
@@ -59,9 +60,14 @@ class WriteToNominalResult(NamedTuple):
         failed: a PCollection of :class:`~beam_nominal.beam.FailedElement` ``(element, error,
             reason)``: elements that could not be written (no channel, bad timestamp, a value
             whose type conflicts with its series, an unsupported value ...).
+        files: with an Avro prefix target (``"gs://bucket/dir/"``, ``"/local/dir/"``), a
+            PCollection of :class:`~beam_nominal.targets.avro_prefix.WrittenFile` ``(path,
+            dataset_rid, series, points, bytes, min_timestamp, max_timestamp)``, one per file
+            made visible, in the global window; None for other targets.
     """
 
     failed: PCollection[Any]
+    files: PCollection[Any] | None = None
 
 
 _servers_lock = threading.Lock()
@@ -135,6 +141,9 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             ``GroupIntoBatches.WithShardedKey`` (for streaming runners' one-element bundles).
         batch_size: chunks per batch with cross-bundle batching.
         max_buffering_duration_secs: longest a chunk waits for its batch with cross-bundle batching.
+        max_file_bytes: with an Avro prefix target, the size at which a file rolls over (default
+            256 MiB).
+        codec: with an Avro prefix target, ``"snappy"`` (default), ``"deflate"`` or ``"null"``.
         **settings: NominalStream settings (``max_request_bytes``, ``max_request_points``,
             ``max_in_flight``, ``max_buffered_bytes``, ``attempt_timeout``, ``max_attempts``,
             ...). ``linger`` is always disabled here.
@@ -157,6 +166,8 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         cross_bundle_batching: bool = False,
         batch_size: int = 1000,
         max_buffering_duration_secs: float = 5.0,
+        max_file_bytes: int | None = None,
+        codec: str | None = None,
         **settings: Any,
     ) -> None:
         super().__init__()
@@ -168,6 +179,7 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             raise ValueError("WriteToNominal needs dataset_rid when a target is given")
         # Checked here, not on a worker (and a URL with credentials must not reach display data).
         target_options = http_options(target, format, fallback_to_row)
+        target_options.update(_file_options(target, dataset_rid, max_file_bytes, codec))
         if target is None and local_data_dir is None:
             local_data_dir = DEFAULT_LOCAL_DATA_DIR
         if not isinstance(timestamp_field, str) or not timestamp_field:
@@ -245,8 +257,9 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
     def expand(self, pcoll: PCollection[Any]) -> WriteToNominalResult:
         config = self._config(pcoll.pipeline)
         if not self._cross_bundle:
-            # The write DoFn's only output is the failed elements (see _dofn.py).
-            return WriteToNominalResult(failed=pcoll | "Write" >> beam.ParDo(WriteDoFn(config)))
+            # The write DoFn's only output is the failed elements (see _dofn.py), and the files
+            # written with a prefix target.
+            return _split_files(pcoll | "Write" >> beam.ParDo(WriteDoFn(config)), self._target)
         chunks = pcoll | "ToChunks" >> beam.ParDo(ToChunksDoFn(config)).with_outputs(FAILED_TAG, main="chunks")
         batched = (
             chunks["chunks"]
@@ -254,6 +267,44 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             | "Batch"
             >> GroupIntoBatches.WithShardedKey(self._batch_size, max_buffering_duration_secs=self._max_buffering)
         )
-        written = batched | "Write" >> beam.ParDo(WriteChunksDoFn(config))
-        failed = (chunks[FAILED_TAG], written) | "Failed" >> beam.Flatten()
-        return WriteToNominalResult(failed=failed)
+        written = _split_files(batched | "Write" >> beam.ParDo(WriteChunksDoFn(config)), self._target)
+        failed = (chunks[FAILED_TAG], written.failed) | "Failed" >> beam.Flatten()
+        return WriteToNominalResult(failed=failed, files=written.files)
+
+
+def _file_options(
+    target: Any, dataset_rid: str | None, max_file_bytes: int | None, codec: str | None
+) -> dict[str, Any]:
+    """The Avro prefix target's keywords, checked here rather than on every worker."""
+    options: dict[str, Any] = {}
+    if max_file_bytes is not None:
+        options["max_file_bytes"] = max_file_bytes
+    if codec is not None:
+        options["codec"] = codec
+    if options:
+        if not is_prefix(target):
+            raise ValueError(f"{', '.join(sorted(options))} applies to Avro prefix targets (ending in /) only")
+        AvroPrefixTarget(target, dataset_rid=dataset_rid or "", **options)  # raises on a bad value
+    return options
+
+
+def _is_written_file(x: Any) -> bool:
+    return isinstance(x, WrittenFile)
+
+
+def _is_not_written_file(x: Any) -> bool:
+    return not isinstance(x, WrittenFile)
+
+
+def _split_files(out: PCollection[Any], target: Any) -> WriteToNominalResult:
+    """The write DoFn's output as failed elements and, for a prefix target, files written.
+
+    One output split by type rather than tagged outputs: DaskRunner hands each consumer of a
+    tagged output every output of the ParDo (see _dofn.py).
+    """
+    if not is_prefix(target):
+        return WriteToNominalResult(failed=out)
+    return WriteToNominalResult(
+        failed=out | "OnlyFailed" >> beam.Filter(_is_not_written_file),
+        files=out | "Files" >> beam.Filter(_is_written_file),
+    )
