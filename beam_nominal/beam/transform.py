@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 from apache_beam.pvalue import PCollection
 from apache_beam.transforms.util import GroupIntoBatches
+from apache_beam.transforms.window import GlobalWindows
 
 from beam_nominal._pipeline.staging import PointBatch
 from beam_nominal.beam._dofn import FAILED_TAG, SinkConfig, ToChunksDoFn, WriteChunksDoFn, WriteDoFn
@@ -251,6 +252,10 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         batched = (
             chunks["chunks"]
             | "Typed" >> beam.Map(_identity).with_output_types(tuple[str, Any])
+            # GroupIntoBatches is stateful: runners drop elements of expired windows there (late
+            # data beyond the allowed lateness), and it flushes every key at every window's end.
+            # Chunks need no window (failures were output above, in their own), so batch globally.
+            | "Unwindowed" >> beam.WindowInto(GlobalWindows())
             | "Batch"
             >> GroupIntoBatches.WithShardedKey(self._batch_size, max_buffering_duration_secs=self._max_buffering)
         )
