@@ -32,11 +32,14 @@ import itertools
 import logging
 import os
 import threading
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import Lineage
 
 from beam_nominal._pipeline.staging import Chunk, PointBatch
 from beam_nominal._pipeline.uploader import WorkerPool
@@ -54,6 +57,7 @@ __all__ = [
     "WriteChunksDoFn",
     "WriteDoFn",
     "chunk_key",
+    "report_lineage",
     "resolve_token",
 ]
 
@@ -166,6 +170,24 @@ class _SharedTargets:
 SHARED_TARGETS = _SharedTargets()
 
 
+def report_lineage(target: Any, dataset_rid: str) -> Callable[[], None]:
+    """What names, in Beam's sink lineage, where a bundle's points went; as Beam's own sinks do.
+
+    A URL target is ``nominal:`<scheme://host[:port]/path>`.`<dataset rid>``` (credentials, query
+    and fragment dropped); an Avro target is files, reported like Beam's file sinks report theirs,
+    by the glob of the files its writers create. A target factory is opaque: nothing is reported.
+    """
+    if not isinstance(target, str):
+        return lambda: None
+    if target.endswith(".avro"):
+        files = os.path.abspath(target.removeprefix("file://")[: -len(".avro")]) + "-*.avro"
+        return lambda: FileSystems.report_sink_lineage(files)
+    url = urllib.parse.urlsplit(target)
+    endpoint = f"{url.scheme}://{url.netloc.rpartition('@')[2]}{url.path.rstrip('/')}"
+    segments = (Lineage.wrap_segment(endpoint), Lineage.wrap_segment(dataset_rid))
+    return lambda: Lineage.sinks().add("nominal", *segments)
+
+
 class WriteDoFn(beam.DoFn):
     """Writes elements of any supported shape; outputs the ones it cannot write (``FailedElement``)."""
 
@@ -177,6 +199,7 @@ class WriteDoFn(beam.DoFn):
         self._measured: MeasuredTarget = MeasuredTarget(None)
         self._workers: WorkerPool | None = None
         self._metrics: SinkMetrics | None = None
+        self._lineage: Callable[[], None] = lambda: None
         self._stream: Any = None
         self._batch = PointBatch(config.tags)
         self._readers: dict[type, Reader] = {}
@@ -204,6 +227,7 @@ class WriteDoFn(beam.DoFn):
         self._target, self._target_key = SHARED_TARGETS.acquire(self._config)
         self._measured = MeasuredTarget(self._target)
         self._metrics = SinkMetrics()
+        self._lineage = report_lineage(self._config.target, self._config.dataset_rid)
         settings = resolve(owner="WriteToNominal", **self._config.settings)
         self._workers = WorkerPool(settings.upload.max_in_flight)
 
@@ -274,6 +298,8 @@ class WriteDoFn(beam.DoFn):
         stream.close()
         assert self._metrics is not None
         self._metrics.record(report, self._measured.take_samples())
+        if report.points:
+            self._lineage()
 
     def teardown(self) -> None:
         if self._stream is not None:
