@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 BASE = 1_700_000_000_000_000_000
+ROOT = Path(__file__).resolve().parents[2]
+JOB_TIMEOUT_S = 180
 
 
 def good() -> list[tuple[int, tuple[Any, ...]]]:
@@ -37,12 +41,37 @@ def expected() -> dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[int, 
     return {k: sorted(v) for k, v in out.items()}
 
 
+def run_job(target: str, rid: str, pool: str, timeout_s: float = JOB_TIMEOUT_S) -> None:
+    """Launch this job from the running environment and this checkout, against the pool at ``pool``.
+
+    Raises AssertionError if it fails, or if it does not end in time (it does not hang the caller).
+    """
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, __file__, f"--target={target}", f"--rid={rid}", f"--pool={pool}", f"--timeout={timeout_s}"]
+    try:
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s + 60)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the launcher did not exit within {timeout_s + 60} s: {exc.stderr!r:.3000}") from None
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
+
+
+def assert_stored(store: Any, rid: str) -> None:
+    """The good elements, exactly, and nothing else, in ``store`` (a LocalStore) under ``rid``."""
+    want = expected()
+    infos = {(i.channel, tuple(sorted(i.tags.items()))): i for i in store.list_series(rid)}
+    assert sorted(infos) == sorted(want)
+    for key, points in want.items():
+        table = store.read(rid, key[0], dict(key[1]))
+        got = sorted(zip(table.column("timestamp").to_pylist(), table.column("value").to_pylist(), strict=True))
+        assert got == points and infos[key].count == len(points), key
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--target", required=True)
     parser.add_argument("--rid", required=True)
     parser.add_argument("--pool", required=True, help="the worker pool's host:port")
-    parser.add_argument("--timeout", type=float, default=180.0)
+    parser.add_argument("--timeout", type=float, default=JOB_TIMEOUT_S)
     args = parser.parse_args(argv)
 
     import apache_beam as beam
