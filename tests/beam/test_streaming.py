@@ -7,10 +7,13 @@ DirectRunner (``BundleBasedDirectRunner``) runs it with ``streaming=True``. The 
 What is checked each time: every good point read back exactly from a real local server, and the
 failed output exactly, each bad element with its own timestamp and window(s).
 
-Two facts these tests pin down:
+Facts these tests pin down:
 
 * The sink is a ParDo, so late data is written whatever the allowed lateness: only an aggregation
   (a GroupByKey) drops it. A window's aggregate written as a point follows the window's trigger.
+* Cross-bundle batching (the default for an unbounded input) batches in the global window: one
+  request for a whole stream of one-element bundles, late data included; with sliding windows it
+  would write each point once per window, so it is refused there and off by default.
 * The DirectRunner's metrics keep only the first bundle's updates under ``TestStream`` (a
   ``Metrics.counter`` in a plain DoFn shows the same), so requests are counted at the server here.
 """
@@ -27,6 +30,7 @@ import grpc
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.test_stream import TestStream as BeamTestStream  # not collected as a test class
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import trigger
@@ -225,7 +229,8 @@ def test_sliding_windows_write_each_point_once_and_fail_in_every_window(served: 
     assert_that(written.failed | beam.ParDo(_Seen()), _check_failed(_failed_want(bad, windows)))
     p.run().wait_until_finish()
 
-    # The sink does not observe windows, so an element in two windows is one write, not two.
+    # The sink does not observe windows, so an element in two windows is one write, not two (and
+    # the default does not batch across bundles here: that would re-window each copy).
     sums = {end: float(sum(s for s in range(end - 10, end) if 0 <= s < 20)) for end in range(5, 30, 5)}
     assert _stored(server, rid) == {
         ("raw", ()): _raw_expected(good),
@@ -388,3 +393,44 @@ def test_cross_bundle_batches_flush_after_max_buffering_duration(
     # A batch of 1000 never fills: without the buffering timer firing, the whole stream is one
     # request at the end; with it, one request per stage.
     assert requests.take() == (3 if advance else 1)
+
+
+# -- the default: cross-bundle batching for an unbounded input, not for a bounded one -------------
+
+
+def test_the_default_batches_across_bundles_of_an_unbounded_input(served: tuple[LocalServer, Requests]) -> None:
+    server, requests = served
+    rid = "ri.test.stream.default"
+    good = [_point(s, float(s)) for s in range(30)]
+    bad = [_bad(12)]
+    stream = BeamTestStream()
+    for element in good[:12] + bad + good[12:]:
+        stream = stream.add_elements([element])  # one-element bundles
+    stream = stream.advance_watermark_to_infinity()
+    requests.take()
+    p = _pipeline()
+    written = p | stream | WriteToNominal(server.target, dataset_rid=rid)
+    assert_that(written.failed | beam.ParDo(_Seen()), _check_failed(_failed_want(bad, lambda s: ["global"])))
+    p.run().wait_until_finish()
+    assert _stored(server, rid) == {("raw", ()): _raw_expected(good)}
+    assert requests.take() == 1  # not 30: one per bundle
+
+
+def test_the_default_writes_a_bounded_input_per_bundle(served: tuple[LocalServer, Requests]) -> None:
+    server, _ = served
+    p = beam.Pipeline(runner=FnApiRunner())
+    _ = p | beam.Create([("raw", BASE, 1.0)]) | "Sink" >> WriteToNominal(server.target, dataset_rid="ri.test.bounded")
+    names = {t.unique_name for t in p.to_runner_api().components.transforms.values()}
+    assert "Sink/Write" in names and not any(n.startswith("Sink/ToChunks") for n in names), sorted(names)
+    p.run().wait_until_finish()
+    assert _stored(server, "ri.test.bounded") == {("raw", ()): [(BASE, 1.0)]}
+
+
+def test_cross_bundle_batching_refuses_sliding_windows(served: tuple[LocalServer, Requests]) -> None:
+    server, _ = served
+    p = _pipeline()
+    events = p | BeamTestStream().add_elements([_point(1, 1.0)]) | beam.WindowInto(SlidingWindows(10, 5))
+    with pytest.raises(
+        ValueError, match=r"SlidingWindows \(each element in 2 windows\) would write every point 2 times"
+    ):
+        _ = events | WriteToNominal(server.target, dataset_rid="ri.test.sliding.cross", cross_bundle_batching=True)
