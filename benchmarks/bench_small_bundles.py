@@ -47,8 +47,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BASE = 1_700_000_000_000_000_000
 RID = "ri.bench.small-bundles"
 CHANNELS = 4
-# Bundles per run, by runner and bundle size: a run of a few seconds per-bundle.
-BUNDLES = {("direct", 1): 300, ("direct", 10): 150, ("portable", 1): 300, ("portable", 10): 150}
+# Bundles per run, by runner and bundle size. Twice these (`--scale 2`, 3 rounds) took 425 s.
+BUNDLES = {("direct", 1): 150, ("direct", 10): 75, ("portable", 1): 150, ("portable", 10): 75}
 
 
 def _points(n: int) -> Iterator[tuple[str, int, float]]:
