@@ -36,11 +36,14 @@ import itertools
 import logging
 import os
 import threading
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import Lineage
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
@@ -61,6 +64,7 @@ __all__ = [
     "WriteChunksDoFn",
     "WriteDoFn",
     "chunk_key",
+    "report_lineage",
     "resolve_token",
 ]
 
@@ -174,6 +178,24 @@ class _SharedTargets:
 SHARED_TARGETS = _SharedTargets()
 
 
+def report_lineage(target: Any, dataset_rid: str) -> Callable[[], None]:
+    """What names, in Beam's sink lineage, where a bundle's points went; as Beam's own sinks do.
+
+    A URL target is ``nominal:`<scheme://host[:port]/path>`.`<dataset rid>``` (credentials, query
+    and fragment dropped); an Avro target is files, reported like Beam's file sinks report theirs,
+    by the glob of the files its writers create. A target factory is opaque: nothing is reported.
+    """
+    if not isinstance(target, str):
+        return lambda: None
+    if target.endswith(".avro"):
+        files = os.path.abspath(target.removeprefix("file://")[: -len(".avro")]) + "-*.avro"
+        return lambda: FileSystems.report_sink_lineage(files)
+    url = urllib.parse.urlsplit(target)
+    endpoint = f"{url.scheme}://{url.netloc.rpartition('@')[2]}{url.path.rstrip('/')}"
+    segments = (Lineage.wrap_segment(endpoint), Lineage.wrap_segment(dataset_rid))
+    return lambda: Lineage.sinks().add("nominal", *segments)
+
+
 class WriteDoFn(beam.DoFn):
     """Writes elements of any supported shape; outputs the ones it cannot write (``FailedElement``)."""
 
@@ -185,6 +207,7 @@ class WriteDoFn(beam.DoFn):
         self._measured: MeasuredTarget = MeasuredTarget(None)
         self._workers: WorkerPool | None = None
         self._metrics: SinkMetrics | None = None
+        self._lineage: Callable[[], None] = lambda: None
         self._stream: Any = None
         self._batch = PointBatch(config.tags)
         self._readers: dict[type, Reader] = {}
@@ -212,6 +235,7 @@ class WriteDoFn(beam.DoFn):
         self._target, self._target_key = SHARED_TARGETS.acquire(self._config)
         self._measured = MeasuredTarget(self._target)
         self._metrics = SinkMetrics()
+        self._lineage = report_lineage(self._config.target, self._config.dataset_rid)
         settings = resolve(owner="WriteToNominal", **self._config.settings)
         self._workers = WorkerPool(settings.upload.max_in_flight)
 
@@ -281,6 +305,8 @@ class WriteDoFn(beam.DoFn):
                 assert self._metrics is not None
                 self._metrics.record(exc.report, self._measured.take_samples())
                 self._metrics.failed_elements.inc(len(exc.rejected))
+                if exc.report.points:
+                    self._lineage()
                 rejected = [self._rejected(k, n, exc.reasons.get(k, "")) for k, n in exc.rejected.items()]
                 return [GlobalWindows.windowed_value(v) for v in [*rejected, *written]]
             _abandon(stream)
@@ -298,6 +324,8 @@ class WriteDoFn(beam.DoFn):
         stream.close()
         assert self._metrics is not None
         self._metrics.record(report, self._measured.take_samples())
+        if report.points:
+            self._lineage()
         # Files written (WrittenFile) come out with the failed elements; WriteToNominal splits them.
         return [GlobalWindows.windowed_value(f) for f in written] or None
 

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 from apache_beam.pvalue import PCollection
 from apache_beam.transforms.util import GroupIntoBatches
+from apache_beam.transforms.window import FixedWindows, GlobalWindows, Sessions, SlidingWindows
 
 from beam_nominal._pipeline.staging import PointBatch
 from beam_nominal.beam._dofn import FAILED_TAG, SinkConfig, ToChunksDoFn, WriteChunksDoFn, WriteDoFn
@@ -109,6 +110,16 @@ def _identity(kv: tuple[str, Any]) -> tuple[str, Any]:
     return kv
 
 
+def _windows_per_element(pcoll: PCollection[Any]) -> int | None:
+    """How many windows the input's WindowFn puts an element in: 1, more, or ``None`` if unknown."""
+    windowfn = pcoll.windowing.windowfn
+    if isinstance(windowfn, (GlobalWindows, FixedWindows, Sessions)):
+        return 1
+    if isinstance(windowfn, SlidingWindows):
+        return -(-windowfn.size.micros // windowfn.period.micros)
+    return None
+
+
 class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
     """Write telemetry elements to Nominal (or a Nominal-compatible server, or an Avro file).
 
@@ -138,9 +149,13 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         tags: tags added to every series (an element's own tags win on a clash).
         local_data_dir: data directory of the embedded server (default ``./nominal-data``).
         cross_bundle_batching: batch series chunks across bundles with
-            ``GroupIntoBatches.WithShardedKey`` (for streaming runners' one-element bundles).
+            ``GroupIntoBatches.WithShardedKey``, so streaming runners' small bundles do not each
+            become a request. ``None`` (default): on when the input PCollection is unbounded (a
+            streaming source), off when it is bounded (batch bundles are large; batching them
+            again only costs). See docs/benchmarks.md, "Small bundles".
         batch_size: chunks per batch with cross-bundle batching.
-        max_buffering_duration_secs: longest a chunk waits for its batch with cross-bundle batching.
+        max_buffering_duration_secs: longest a chunk waits for its batch with cross-bundle
+            batching: the latency it adds, at most (plus the runner's timer delay).
         max_file_bytes: with an Avro prefix target, the size at which a file rolls over (default
             256 MiB).
         codec: with an Avro prefix target, ``"snappy"`` (default), ``"deflate"`` or ``"null"``.
@@ -163,7 +178,7 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         timestamp_field: str = "timestamp",
         tags: Mapping[str, str] | None = None,
         local_data_dir: str | os.PathLike[str] | None = None,
-        cross_bundle_batching: bool = False,
+        cross_bundle_batching: bool | None = None,
         batch_size: int = 1000,
         max_buffering_duration_secs: float = 5.0,
         max_file_bytes: int | None = None,
@@ -184,6 +199,8 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             local_data_dir = DEFAULT_LOCAL_DATA_DIR
         if not isinstance(timestamp_field, str) or not timestamp_field:
             raise ValueError(f"timestamp_field must be a non-empty string, got {timestamp_field!r}")
+        if cross_bundle_batching is not None and not isinstance(cross_bundle_batching, bool):
+            raise TypeError(f"cross_bundle_batching must be True, False or None, got {cross_bundle_batching!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         if max_buffering_duration_secs <= 0:
@@ -256,7 +273,21 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
 
     def expand(self, pcoll: PCollection[Any]) -> WriteToNominalResult:
         config = self._config(pcoll.pipeline)
-        if not self._cross_bundle:
+        cross_bundle = self._cross_bundle
+        windows = _windows_per_element(pcoll)
+        if cross_bundle is None:
+            # Streaming sources' bundles are small (often one element), each a flush and a round
+            # trip; batch bundles are large already. Only for one window per element (below).
+            cross_bundle = not pcoll.is_bounded and windows == 1
+        elif cross_bundle and windows is not None and windows > 1:
+            # Its chunks are re-windowed into the global window, one copy per window the element
+            # is in: each point would be written that many times.
+            raise ValueError(
+                f"WriteToNominal: cross_bundle_batching=True with {type(pcoll.windowing.windowfn).__name__} "
+                f"(each element in {windows} windows) would write every point {windows} times; write "
+                "before windowing into sliding windows, or leave cross_bundle_batching unset"
+            )
+        if not cross_bundle:
             # The write DoFn's only output is the failed elements (see _dofn.py), and the files
             # written with a prefix target.
             return _split_files(pcoll | "Write" >> beam.ParDo(WriteDoFn(config)), self._target)
@@ -264,6 +295,10 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         batched = (
             chunks["chunks"]
             | "Typed" >> beam.Map(_identity).with_output_types(tuple[str, Any])
+            # GroupIntoBatches is stateful: runners drop elements of expired windows there (late
+            # data beyond the allowed lateness), and it flushes every key at every window's end.
+            # Chunks need no window (failures were output above, in their own), so batch globally.
+            | "Unwindowed" >> beam.WindowInto(GlobalWindows())
             | "Batch"
             >> GroupIntoBatches.WithShardedKey(self._batch_size, max_buffering_duration_secs=self._max_buffering)
         )
