@@ -276,11 +276,18 @@ class _Core:
             self.in_flight_bytes -= entry[1]
             self.retries += outcome.retries
             batches = request.batches
-            if outcome.rejected:
+            split = bool(outcome.rejected or outcome.refused_to_fallback)
+            if split:
                 for i, why in outcome.rejected.items():
                     self._write_off(batches[i], why, rejected=True)
-                batches = [b for i, b in enumerate(batches) if i not in outcome.rejected]
-            points = sum(len(b) for b in batches) if outcome.rejected else request.points
+                if outcome.refused_to_fallback:
+                    # Refused for good by the target, taken by the fallback: in the fallback,
+                    # as a request of their own.
+                    self.fallback_points += sum(len(batches[i]) for i in outcome.refused_to_fallback)
+                    self.fallback_requests += 1
+                gone = set(outcome.rejected).union(outcome.refused_to_fallback)
+                batches = [b for i, b in enumerate(batches) if i not in gone]
+            points = sum(len(b) for b in batches) if split else request.points
             if not batches:
                 pass  # every batch was refused for good
             elif outcome.acknowledged:
@@ -468,9 +475,12 @@ class _Core:
         self.cond.wait(_interrupt.POLL if timeout is None else min(timeout, _interrupt.POLL))
 
     def owes_interrupt(self) -> bool:
-        """True once for a Ctrl+C not yet raised to the caller (who then raises it)."""
-        if self.interrupts and not self.interrupt_raised:
+        """True once for a Ctrl+C not yet raised to the caller (who then raises it). Only in the
+        main thread, as Python raises KeyboardInterrupt only there: another thread's write
+        finds the stream closed, and the main thread gets the interrupt."""
+        if self.interrupts and not self.interrupt_raised and threading.current_thread() is threading.main_thread():
             self.interrupt_raised = True
+            _interrupt.raised()
             return True
         return False
 
