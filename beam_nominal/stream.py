@@ -175,6 +175,9 @@ class _Core:
         #: KeyboardInterrupt they owe the caller has been raised.
         self.interrupts = 0
         self.interrupt_raised = False
+        #: close() is waiting for the last outcomes (a press then cuts it short rather than
+        #: owing another KeyboardInterrupt).
+        self.draining = False
         #: Requests cut under the lock, to be handed to the uploader after releasing it.
         self._pending_submit: list[Request] = []
 
@@ -408,11 +411,13 @@ class _Core:
             self.submit(reqs)
             error: DeliveryError | None = None
             with self.lock:
+                self.draining = True  # a Ctrl+C now cuts this drain short (see mark_interrupted)
                 while self.in_flight and self.interrupts < 2:  # a second Ctrl+C cuts the drain short
                     remaining = None if deadline is None else deadline - self.clock()
                     if remaining is not None and remaining <= 0:
                         break
                     self.wait(remaining)
+                self.draining = False
                 abandoned = list(self.in_flight.values())
                 if abandoned:
                     self.in_flight.clear()
@@ -488,6 +493,9 @@ class _Core:
         # Plain stores, from the handler, possibly between two bytecodes of a locked section:
         # they only stop writes; the next gate, wait slice or close() raises.
         self.interrupts += 1
+        if self.interrupt_raised and not self.draining:
+            # Another press, not one that cuts a drain short: it owes a KeyboardInterrupt too.
+            self.interrupt_raised = False
         self.accepting = False
         self.gate = True
         # The state only with the lock (a close in another thread may be ending); if this
@@ -498,6 +506,9 @@ class _Core:
                     self.state = StreamState.CLOSING
             finally:
                 self.lock.release()
+
+    def interrupt_owed(self) -> bool:
+        return bool(self.interrupts) and not self.interrupt_raised
 
     def drain_interrupted(self) -> None:
         self.interrupt_raised = True  # the handler raises it

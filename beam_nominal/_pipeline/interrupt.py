@@ -58,6 +58,9 @@ class Interruptible(Protocol):
     def drain_interrupted(self) -> None:
         """Called by the handler when user code was interrupted: close, bounded, never raise."""
 
+    def interrupt_owed(self) -> bool:
+        """Whether a KeyboardInterrupt for a press is still to be raised (plain reads only)."""
+
 
 # Open streams by id. The handler reads it with one ``list(...)`` (atomic in CPython) and never
 # takes _lock, so an interrupt that lands while the main thread holds _lock cannot deadlock.
@@ -134,8 +137,9 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
         if streams:
             for s in streams:
                 s.mark_interrupted()
-            _owed = True  # the watcher sends SIGINT again once the main thread is outside
-            return  # the stream raises KeyboardInterrupt once its state is whole again
+            if any(s.interrupt_owed() for s in streams):
+                _owed = True  # the watcher sends SIGINT again once the main thread is outside
+            return  # the stream raises it once its state is whole (or the press only cut a drain)
         raise KeyboardInterrupt
     _owed = False
     if not resent:  # a press (the watcher's SIGINT only delivers one already counted)

@@ -107,3 +107,21 @@ def test_a_ctrl_c_during_a_dropped_streams_finaliser_drain_is_raised_after_it() 
             threading.Event().wait(10)  # user code: the owed interrupt arrives here
     assert len(target.acked) == 1  # the drain finished first
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_second_ctrl_c_after_the_first_was_raised_is_raised_too() -> None:
+    _needs_main_thread_and_default_handler()
+    clock = _InterruptingClock()
+    s = NominalStream(RecordingTarget(), dataset_rid="ri.x.1", linger=None, clock=clock)
+    s.enqueue("a", 1, 1.0)
+    for press in (1, 2):  # the caller caught the first and polls on: the second is no drain to cut
+        clock.sent.clear()
+        clock.armed.set()
+        with pytest.raises(KeyboardInterrupt):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                s.report()
+        assert clock.sent.is_set(), press
+    clock.armed.clear()
+    assert s.close().points == 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
