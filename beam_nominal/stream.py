@@ -412,7 +412,10 @@ class _Core:
             error: DeliveryError | None = None
             with self.lock:
                 self.draining = True  # a Ctrl+C now cuts this drain short (see mark_interrupted)
-                while self.in_flight and self.interrupts < 2:  # a second Ctrl+C cuts the drain short
+                # A second Ctrl+C cuts the drain short: one pressed during it, not one pressed
+                # before (the caller caught that one and went on).
+                before = self.interrupts
+                while self.in_flight and not (self.interrupts >= 2 and self.interrupts > before):
                     remaining = None if deadline is None else deadline - self.clock()
                     if remaining is not None and remaining <= 0:
                         break
@@ -423,7 +426,8 @@ class _Core:
                     self.in_flight.clear()
                     self.in_flight_bytes = 0
                     self.cond.notify_all()  # a flush waiting on these must not wait on
-                    why = "close interrupted by Ctrl+C" if self.interrupts >= 2 else f"close timed out after {timeout}s"
+                    cut = self.interrupts >= 2 and self.interrupts > before
+                    why = "close interrupted by Ctrl+C" if cut else f"close timed out after {timeout}s"
                     error = self._timeout_error(why, [r for r, _ in abandoned], write_off=True)
                 else:
                     error = self.failure("close")
