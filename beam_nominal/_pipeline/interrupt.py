@@ -92,12 +92,15 @@ def raised() -> None:
 def register(stream: Interruptible) -> None:
     """Track an open stream; installs the handler when called from the main thread while SIGINT
     has Python's default handler."""
+    global _resent
     with _lock:
         _open[id(stream)] = weakref.ref(stream)
         if (
             threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler
         ):
+            # A watcher's SIGINT the default handler took must not make a press look re-sent.
+            _resent = False
             signal.signal(signal.SIGINT, _on_sigint)
         if signal.getsignal(signal.SIGINT) is _on_sigint:
             _start_watcher()
