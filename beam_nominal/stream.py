@@ -175,6 +175,9 @@ class _Core:
         #: KeyboardInterrupt they owe the caller has been raised.
         self.interrupts = 0
         self.interrupt_raised = False
+        #: close() is waiting for the last outcomes (a press then cuts it short rather than
+        #: owing another KeyboardInterrupt).
+        self.draining = False
         #: Requests cut under the lock, to be handed to the uploader after releasing it.
         self._pending_submit: list[Request] = []
 
@@ -276,11 +279,18 @@ class _Core:
             self.in_flight_bytes -= entry[1]
             self.retries += outcome.retries
             batches = request.batches
-            if outcome.rejected:
+            split = bool(outcome.rejected or outcome.refused_to_fallback)
+            if split:
                 for i, why in outcome.rejected.items():
                     self._write_off(batches[i], why, rejected=True)
-                batches = [b for i, b in enumerate(batches) if i not in outcome.rejected]
-            points = sum(len(b) for b in batches) if outcome.rejected else request.points
+                if outcome.refused_to_fallback:
+                    # Refused for good by the target, taken by the fallback: in the fallback,
+                    # as a request of their own.
+                    self.fallback_points += sum(len(batches[i]) for i in outcome.refused_to_fallback)
+                    self.fallback_requests += 1
+                gone = set(outcome.rejected).union(outcome.refused_to_fallback)
+                batches = [b for i, b in enumerate(batches) if i not in gone]
+            points = sum(len(b) for b in batches) if split else request.points
             if not batches:
                 pass  # every batch was refused for good
             elif outcome.acknowledged:
@@ -401,17 +411,23 @@ class _Core:
             self.submit(reqs)
             error: DeliveryError | None = None
             with self.lock:
-                while self.in_flight and self.interrupts < 2:  # a second Ctrl+C cuts the drain short
+                self.draining = True  # a Ctrl+C now cuts this drain short (see mark_interrupted)
+                # A second Ctrl+C cuts the drain short: one pressed during it, not one pressed
+                # before (the caller caught that one and went on).
+                before = self.interrupts
+                while self.in_flight and not (self.interrupts >= 2 and self.interrupts > before):
                     remaining = None if deadline is None else deadline - self.clock()
                     if remaining is not None and remaining <= 0:
                         break
                     self.wait(remaining)
+                self.draining = False
                 abandoned = list(self.in_flight.values())
                 if abandoned:
                     self.in_flight.clear()
                     self.in_flight_bytes = 0
                     self.cond.notify_all()  # a flush waiting on these must not wait on
-                    why = "close interrupted by Ctrl+C" if self.interrupts >= 2 else f"close timed out after {timeout}s"
+                    cut = self.interrupts >= 2 and self.interrupts > before
+                    why = "close interrupted by Ctrl+C" if cut else f"close timed out after {timeout}s"
                     error = self._timeout_error(why, [r for r, _ in abandoned], write_off=True)
                 else:
                     error = self.failure("close")
@@ -468,9 +484,12 @@ class _Core:
         self.cond.wait(_interrupt.POLL if timeout is None else min(timeout, _interrupt.POLL))
 
     def owes_interrupt(self) -> bool:
-        """True once for a Ctrl+C not yet raised to the caller (who then raises it)."""
-        if self.interrupts and not self.interrupt_raised:
+        """True once for a Ctrl+C not yet raised to the caller (who then raises it). Only in the
+        main thread, as Python raises KeyboardInterrupt only there: another thread's write
+        finds the stream closed, and the main thread gets the interrupt."""
+        if self.interrupts and not self.interrupt_raised and threading.current_thread() is threading.main_thread():
             self.interrupt_raised = True
+            _interrupt.raised()
             return True
         return False
 
@@ -478,6 +497,9 @@ class _Core:
         # Plain stores, from the handler, possibly between two bytecodes of a locked section:
         # they only stop writes; the next gate, wait slice or close() raises.
         self.interrupts += 1
+        if self.interrupt_raised and not self.draining:
+            # Another press, not one that cuts a drain short: it owes a KeyboardInterrupt too.
+            self.interrupt_raised = False
         self.accepting = False
         self.gate = True
         # The state only with the lock (a close in another thread may be ending); if this
@@ -488,6 +510,9 @@ class _Core:
                     self.state = StreamState.CLOSING
             finally:
                 self.lock.release()
+
+    def interrupt_owed(self) -> bool:
+        return bool(self.interrupts) and not self.interrupt_raised
 
     def drain_interrupted(self) -> None:
         self.interrupt_raised = True  # the handler raises it

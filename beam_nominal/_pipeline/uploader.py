@@ -37,8 +37,10 @@ class Outcome:
         retries: attempts beyond the first.
         nbytes: size of the request body (0 if it was never encoded).
         rejected: batches the target refused for good, by index into the request's batches,
-            with its reason. ``acknowledged``/``fallback``/``reason`` are about the others:
-            the request went again without these.
+            with its reason, that were delivered nowhere. ``acknowledged``/``fallback``/``reason``
+            are about the others: the request went again without these.
+        refused_to_fallback: batches the target refused for good (by index) that the fallback
+            target took instead, as it takes any request the target finally refused.
     """
 
     acknowledged: bool
@@ -47,6 +49,7 @@ class Outcome:
     retries: int
     nbytes: int
     rejected: Mapping[int, str] = field(default_factory=dict)
+    refused_to_fallback: tuple[int, ...] = ()
 
 
 class WorkerPool:
@@ -164,13 +167,17 @@ class Uploader:
 
     def _deliver(self, request: Request) -> Outcome:
         rejected: dict[int, str] = {}
-        outcome = self._deliver_rest(request, rejected)
-        return replace(outcome, rejected=rejected) if rejected else outcome
+        to_fallback: list[int] = []
+        outcome = self._deliver_rest(request, rejected, to_fallback)
+        if rejected or to_fallback:
+            return replace(outcome, rejected=rejected, refused_to_fallback=tuple(sorted(to_fallback)))
+        return outcome
 
-    def _deliver_rest(self, request: Request, rejected: dict[int, str]) -> Outcome:
+    def _deliver_rest(self, request: Request, rejected: dict[int, str], to_fallback: list[int]) -> Outcome:
         """Send ``request``; when the target refuses some of its batches for good (naming them),
-        record them in ``rejected`` and send the others as a request of their own (a new body,
-        so a new idempotency key: nothing of the refused request was stored)."""
+        hand them to the fallback target if there is one (else record them in ``rejected``) and
+        send the others as a request of their own (a new body, so a new idempotency key: nothing
+        of the refused request was stored)."""
         retry, start = self._retry, self._clock()
         attempt = 0
         #: Indices into the original request's batches of what ``request`` now holds.
@@ -189,7 +196,7 @@ class Uploader:
                 retryable, retry_after = exc.retryable, exc.retry_after
                 refused = {i: why for i, why in exc.rejected.items() if 0 <= i < len(index)}
                 if not retryable and refused:
-                    rejected.update((index[i], why) for i, why in refused.items())
+                    self._refused_for_good(request, index, refused, reason, rejected, to_fallback)
                     index = [j for i, j in enumerate(index) if i not in refused]
                     if not index:
                         return Outcome(False, False, reason, attempt - 1, 0)
@@ -228,6 +235,40 @@ class Uploader:
                 # sending it anywhere now (the fallback included) would deliver it unreported.
                 return Outcome(False, False, f"stream closed while retrying: {reason}", attempt - 1, 0)
         return self._to_fallback(request, reason, attempt - 1)
+
+    def _refused_for_good(
+        self,
+        request: Request,
+        index: list[int],
+        refused: dict[int, str],
+        reason: str,
+        rejected: dict[int, str],
+        to_fallback: list[int],
+    ) -> None:
+        """Batches ``refused`` (indices into ``request``) will never be taken by the target: to
+        the fallback, like any request the target finally refused, or else written off."""
+        if self._send_fallback is not None:
+            gone = Request(
+                request.dataset_rid,
+                [b for i, b in enumerate(request.batches) if i in refused],
+                request.source_name,
+                request.seq,
+            )
+            try:
+                self._send_fallback(gone, self._upload.attempt_timeout, reason=RuntimeError(reason))
+            except Exception as exc:
+                rejected.update((index[i], f"{why}; fallback failed too: {exc}") for i, why in refused.items())
+                return
+            _log.warning(
+                "request %d: %d points of %d series the target refused for good went to the fallback target: %s",
+                request.seq,
+                gone.points,
+                len(refused),
+                reason,
+            )
+            to_fallback.extend(index[i] for i in refused)
+            return
+        rejected.update((index[i], why) for i, why in refused.items())
 
     def _to_fallback(self, request: Request, reason: str, retries: int) -> Outcome:
         if self._send_fallback is None:

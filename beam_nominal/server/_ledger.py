@@ -10,11 +10,23 @@ already committed makes the request a duplicate: nothing is claimed or written.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Mapping, Sequence
 
 from beam_nominal._wire.batch import MalformedBatchError, SeriesBatch
 from beam_nominal.model import SeriesKey, ValueType
 from beam_nominal.server._index import _Dataset
+
+#: Most bytes of refused-batch names (``_wire.metadata.rejected_json``) one refusal carries: gRPC
+#: sends them as trailing metadata, which a client with default settings refuses past 16 KiB
+#: (and at random past 8 KiB) with RESOURCE_EXHAUSTED, a retryable code: the whole request,
+#: its good series too, would be retried for the whole budget and lost (300 refused series of
+#: ~130-character reasons made 38 KiB). HTTP clients read a bounded answer too.
+_MAX_NAMED_BYTES = 6 * 1024
+#: Longest reason named (a series key with long tags makes a long reason).
+_MAX_REASON = 1024
+#: JSON framing of one named batch: ``{"batch": 123456, "reason": }, ``.
+_ENTRY_BYTES = 32
 
 
 def _busy(ds: _Dataset, types: Mapping[SeriesKey, ValueType], key: str | None, batches: Sequence[SeriesBatch]) -> bool:
@@ -39,8 +51,19 @@ def _busy(ds: _Dataset, types: Mapping[SeriesKey, ValueType], key: str | None, b
         if pending is not None and pending[0] is not vt:
             busy = True
     if conflicts:
-        # Name every refused batch, so the client can send the others again and report these.
-        rejected = {i: conflicts[b.key] for i, b in enumerate(batches) if b.key in conflicts}
+        # Name the refused batches, so the client can send the others again and report these;
+        # only as many as fit one answer (a client sending the rest again learns of the next).
+        rejected: dict[int, str] = {}
+        used = 0
+        for i, b in enumerate(batches):
+            why = conflicts.get(b.key)
+            if why is None:
+                continue
+            why = why[:_MAX_REASON]
+            used += len(json.dumps(why)) + _ENTRY_BYTES
+            if rejected and used > _MAX_NAMED_BYTES:
+                break
+            rejected[i] = why
         first = min(rejected)
         raise MalformedBatchError(first, batches[first].key.channel, rejected[first], rejected)
     return busy

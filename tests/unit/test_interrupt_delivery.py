@@ -1,0 +1,133 @@
+"""A Ctrl+C the handler deferred (it landed inside stream code) reaches the main thread, whatever
+the main thread does next (review of issue 11, defect 1).
+
+Before the fix the deferred interrupt was raised by whichever thread next passed a stream's gate
+(a writer thread, while the main thread polled ``report()`` and ran on), or by nobody (a dropped
+stream's finaliser drained in the main thread, then the main thread never touched a stream again).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import warnings
+from typing import Any
+
+import pytest
+from _stream_fakes import RecordingTarget
+
+from beam_nominal.errors import StreamClosedError
+from beam_nominal.stream import NominalStream, StreamState
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _needs_main_thread_and_default_handler() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("needs the main thread")
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("another SIGINT handler is installed")
+
+
+class _InterruptingClock:
+    """A monotonic clock that, once armed, sends SIGINT to this process from the main thread's
+    next call: the stream calls it under its lock, so the interrupt lands inside stream code."""
+
+    def __init__(self) -> None:
+        self.armed = threading.Event()
+        self.sent = threading.Event()
+
+    def __call__(self) -> float:
+        if self.armed.is_set() and not self.sent.is_set() and threading.current_thread() is threading.main_thread():
+            self.sent.set()
+            os.kill(os.getpid(), signal.SIGINT)
+        return time.monotonic()
+
+
+def test_a_deferred_ctrl_c_reaches_the_main_thread_not_a_writer_thread() -> None:
+    _needs_main_thread_and_default_handler()
+    clock = _InterruptingClock()
+    target = RecordingTarget()
+    s = NominalStream(target, dataset_rid="ri.x.1", linger=None, clock=clock)
+    writer_ended: list[BaseException] = []
+    writing = threading.Event()
+
+    def write() -> None:
+        n = 0
+        try:
+            while True:
+                s.enqueue("a", n, float(n))
+                n += 1
+                writing.set()
+        except BaseException as exc:  # the test looks at which one
+            writer_ended.append(exc)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    assert writing.wait(10)
+    clock.armed.set()
+    with pytest.raises(KeyboardInterrupt):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            s.report()  # the main thread polls the stream; the interrupt lands in here
+    assert clock.sent.is_set()
+    writer.join(10)
+    assert len(writer_ended) == 1 and isinstance(writer_ended[0], StreamClosedError), writer_ended
+    s.close()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+class _InterruptingTarget(RecordingTarget):
+    """Sends SIGINT to this process on its first send (from an uploader thread), while the main
+    thread waits in a drain."""
+
+    def send(self, request: Any, timeout: float | None = None) -> None:
+        first = not self.calls
+        super().send(request, timeout)
+        if first:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.3)  # the drain is still waiting when the handler runs
+
+
+def test_a_ctrl_c_during_a_dropped_streams_finaliser_drain_is_raised_after_it() -> None:
+    _needs_main_thread_and_default_handler()
+    target = _InterruptingTarget()
+
+    def job() -> None:
+        s = NominalStream(target, dataset_rid="ri.x.1", linger=None)
+        s.enqueue("a", 1, 1.0)
+        # dropped without close(): the finaliser drains here, in the main thread
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        with pytest.raises(KeyboardInterrupt):
+            job()
+            threading.Event().wait(10)  # user code: the owed interrupt arrives here
+    assert len(target.acked) == 1  # the drain finished first
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_second_ctrl_c_after_the_first_was_raised_is_raised_too() -> None:
+    _needs_main_thread_and_default_handler()
+    clock = _InterruptingClock()
+    s = NominalStream(RecordingTarget(), dataset_rid="ri.x.1", linger=None, clock=clock)
+    clock.armed.set()
+    with pytest.raises(KeyboardInterrupt):
+        s.enqueue("a", 1, 1.0)  # the stream reads the clock: the press lands in here, deferred
+        s.enqueue("a", 2, 2.0)  # ... and this write's gate raises it
+    assert clock.sent.is_set()
+    if s.state not in (StreamState.OPEN, StreamState.CLOSING):  # not drained by the handler
+        pytest.skip("the watcher delivered the first press before the second write")  # microseconds
+    # The caller caught it and polls on; a second press lands inside report(): no drain to cut,
+    # so it owes a KeyboardInterrupt too (before the fix it was swallowed).
+    clock.sent.clear()
+    with pytest.raises(KeyboardInterrupt):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            s.report()
+    assert clock.sent.is_set()
+    clock.armed.clear()
+    assert s.close().points == 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
