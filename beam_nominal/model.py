@@ -275,6 +275,9 @@ def timestamps_ns(values: Any) -> npt.NDArray[np.int64]:
     :func:`timestamp_ns`.
     """
     if isinstance(values, np.ndarray):
+        if values.ndim != 1:
+            # A 2-D int array would pass as nanoseconds and fail the whole request at encoding.
+            raise ValueError(f"timestamps must be 1-D, got an array of shape {values.shape}")
         if values.dtype.kind == "i":
             out = values.astype(np.int64, copy=False)
             if out.size and out.min() == _INT64_MIN:
