@@ -23,7 +23,7 @@ from _proxy import FaultProxy
 
 from beam_nominal.server import LocalServer
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).resolve().parent / "_memory_child.py"
