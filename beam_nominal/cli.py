@@ -1,26 +1,31 @@
 """``beam-nominal``: run the local ingest server, or inspect what one stored.
 
-    beam-nominal serve --data-dir DIR [--host 127.0.0.1] [--port 50051] [--http-port N] [--token T]
-                       [--tls-cert F --tls-key F]
-    beam-nominal inspect (--data-dir DIR | --target URL) [--dataset RID] [--channel C] [--token T]
+    beam-nominal serve --data-dir DIR [--host 127.0.0.1] [--port 50051] [--http-port N]
+                       [--token-file F | --token T] [--tls-cert F --tls-key F]
+    beam-nominal inspect (--data-dir DIR | --target URL) [--dataset RID] [--channel C ...] [--token T]
+                         [--format table|csv|json] [--plot FILE.png]
 
 ``serve`` prints exactly one line once it accepts calls, ``listening on grpc://HOST:PORT``, or with
 ``--http-port`` ``listening on grpc://HOST:PORT and http://HOST:PORT/api`` (the second URL is the
 base URL Nominal's HTTP clients take; ``grpcs``/``https`` with TLS), and stops gracefully on
-SIGINT/SIGTERM. The token may also come from the ``NOMINAL_TOKEN`` variable.
+SIGINT/SIGTERM. The token may also come from the ``NOMINAL_TOKEN`` variable or, for ``serve``, a
+file (``--token-file``): both keep it out of ``ps``, which shows ``--token``.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime as dt
+import json
+import math
 import os
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 from types import FrameType
-from typing import TextIO
+from typing import Any, TextIO
 
 __all__ = ["main"]
 
@@ -37,10 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--data-dir", required=True, help="where datasets are stored (created if missing)")
     s.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback)")
     s.add_argument("--port", type=int, default=50051, help="port; 0 picks a free one (default: 50051)")
+    s.add_argument("--http-port", type=int, help="also serve Nominal's HTTP write API on this port; 0 picks a free one")
     s.add_argument(
-        "--http-port", type=int, help="also serve Nominal's HTTP write API on this port; 0 picks a free one"
+        "--token",
+        help=f"require 'authorization: Bearer TOKEN' (default: ${_TOKEN_ENV}); visible in ps: prefer --token-file",
     )
-    s.add_argument("--token", help=f"require 'authorization: Bearer TOKEN' (default: ${_TOKEN_ENV})")
+    s.add_argument("--token-file", help="read the token from this file (its first line)")
     s.add_argument("--tls-cert", help="PEM certificate chain; with --tls-key serves grpcs://")
     s.add_argument("--tls-key", help="PEM private key")
     s.add_argument("--grace", type=float, default=30.0, help="seconds in-flight calls get at shutdown")
@@ -50,8 +57,23 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument("--data-dir", help="read a data directory directly")
     src.add_argument("--target", help="read through a running server, grpc://HOST:PORT")
     i.add_argument("--dataset", help="only this dataset rid")
-    i.add_argument("--channel", help="also print the first and last points of this channel")
+    i.add_argument(
+        "--channel",
+        action="append",
+        help="also print the first and last points of this channel (repeat for more)",
+    )
     i.add_argument("--points", type=int, default=5, help="points shown at each end with --channel")
+    i.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help="table (default), or csv / json for scripts: the series, or with --channel every point",
+    )
+    i.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw the --channel channels into a PNG, one panel each (needs the plot extra: matplotlib)",
+    )
     i.add_argument("--token", help=f"bearer token for --target (default: ${_TOKEN_ENV})")
     i.add_argument("--ca-cert", help="PEM root certificate for a grpcs:// --target (default: system roots)")
     return p
@@ -67,7 +89,20 @@ def _serve(args: argparse.Namespace) -> int:
     if (args.tls_cert is None) != (args.tls_key is None):
         print("beam-nominal serve: --tls-cert and --tls-key go together", file=sys.stderr)
         return 2
+    if args.token and args.token_file:
+        print("beam-nominal serve: give --token or --token-file, not both", file=sys.stderr)
+        return 2
     token = args.token or os.environ.get(_TOKEN_ENV) or None
+    if args.token_file:
+        try:
+            with open(args.token_file, encoding="utf-8") as f:
+                token = f.readline().strip() or None
+        except OSError as exc:
+            print(f"beam-nominal serve: cannot read --token-file: {exc}", file=sys.stderr)
+            return 2
+        if token is None:
+            print(f"beam-nominal serve: --token-file {args.token_file} is empty", file=sys.stderr)
+            return 2
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -133,12 +168,15 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
             return 1
         store = LocalStore(args.data_dir)
     try:
+        if args.plot and not args.channel:
+            print("beam-nominal inspect: --plot needs --channel (one or more)", file=sys.stderr)
+            return 2
         datasets = [args.dataset] if args.dataset else store.list_datasets()
         rows = [["dataset", "channel", "tags", "type", "count", "first", "last"]]
         shown = []
         for rid in datasets:
             for s in store.list_series(rid):
-                if args.channel is not None and s.channel != args.channel:
+                if args.channel is not None and s.channel not in args.channel:
                     continue
                 tags = ",".join(f"{k}={v}" for k, v in sorted(s.tags.items()))
                 rows.append(
@@ -154,7 +192,23 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
                 )
                 shown.append(s)
         if not shown:
-            print("no series", file=out)
+            print("no series", file=sys.stderr if args.format != "table" else out)
+            return 1 if args.plot else 0
+        if args.channel is not None:
+            # Panels and points in the order the channels were asked for.
+            shown.sort(key=lambda s: args.channel.index(s.channel))
+        if args.plot:
+            from beam_nominal._plot import plot_series
+
+            try:
+                panels = plot_series(store, shown, args.plot, title=", ".join(sorted({s.dataset_rid for s in shown})))
+            except ImportError as exc:
+                print(f"beam-nominal inspect: {exc}", file=sys.stderr)
+                return 1
+            print(f"wrote {args.plot}: {panels} panels ({', '.join(dict.fromkeys(s.channel for s in shown))})")
+            return 0
+        if args.format != "table":
+            _machine_output(store, shown, args.format, args.channel is not None, out)
             return 0
         _table(rows, out)
         if args.channel is not None:
@@ -180,12 +234,69 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _json_value(v: Any) -> Any:
+    # JSON has no NaN or infinity: those become strings; integers stay exact (Python's json).
+    if isinstance(v, float) and not math.isfinite(v):
+        return repr(v)
+    if isinstance(v, list):
+        return [_json_value(x) for x in v]
+    return v
+
+
+def _machine_output(store: Any, shown: Sequence[Any], fmt: str, points: bool, out: TextIO) -> None:
+    """Series (or, with ``points``, every point of them) as CSV or JSON for scripts."""
+    if fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        if points:
+            w.writerow(["dataset", "channel", "tags", "type", "timestamp_ns", "timestamp", "value"])
+        else:
+            w.writerow(["dataset", "channel", "tags", "type", "count", "first_ns", "last_ns", "first", "last"])
+    docs = []
+    for s in shown:
+        tags = json.dumps(dict(sorted(s.tags.items())))
+        vt = s.value_type.value
+        if not points:
+            row = [s.dataset_rid, s.channel, tags, vt, s.count, s.min_timestamp_ns, s.max_timestamp_ns]
+            if fmt == "csv":
+                w.writerow([*row, _iso(s.min_timestamp_ns), _iso(s.max_timestamp_ns)])
+            else:
+                names = ("dataset", "channel", "tags", "type", "count", "first_ns", "last_ns")
+                docs.append(dict(zip(names, row, strict=True)))
+                docs[-1]["tags"] = dict(s.tags)
+            continue
+        table = store.read(s.dataset_rid, s.channel, s.tags)
+        ts = table.column("timestamp").to_pylist()
+        vals = table.column("value").to_pylist()
+        if fmt == "csv":
+            for t, v in zip(ts, vals, strict=True):
+                cell = json.dumps(_json_value(v)) if isinstance(v, (list, dict)) else v
+                w.writerow([s.dataset_rid, s.channel, tags, vt, t, _iso(t), cell])
+        else:
+            docs.append(
+                {
+                    "dataset": s.dataset_rid,
+                    "channel": s.channel,
+                    "tags": dict(s.tags),
+                    "type": vt,
+                    "points": [[t, _json_value(v)] for t, v in zip(ts, vals, strict=True)],
+                }
+            )
+    if fmt == "json":
+        json.dump(docs, out, allow_nan=False)
+        out.write("\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``beam-nominal`` command; returns the exit status."""
     args = _parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
-    return _inspect(args, sys.stdout)
+    try:
+        return _inspect(args, sys.stdout)
+    except BrokenPipeError:
+        # `inspect ... | head`: the reader has what it wanted.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

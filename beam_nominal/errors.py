@@ -28,13 +28,25 @@ class TargetError(BeamNominalError):
         code: a short machine-readable reason, e.g. the gRPC status name or ``HTTP 503``.
         retry_after: seconds the server asked us to wait before trying again (HTTP
             ``Retry-After``), or None; the uploader waits at least this long.
+        rejected: batches of the request the server refused for good, by index into
+            ``Request.batches``, with the server's reason (empty when it named none). Nothing
+            of the request was stored, so the others may be sent again.
     """
 
-    def __init__(self, message: str, *, retryable: bool, code: str = "", retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        code: str = "",
+        retry_after: float | None = None,
+        rejected: dict[int, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.code = code
         self.retry_after = retry_after
+        self.rejected = dict(rejected or {})
 
 
 class DeliveryError(BeamNominalError):
@@ -44,6 +56,8 @@ class DeliveryError(BeamNominalError):
         report: the stream's :class:`~beam_nominal.stream.DeliveryReport` at that moment.
         undelivered: points not delivered per series (``SeriesKey`` -> count).
         reasons: why, per series (the last failure seen for it).
+        rejected: the part of ``undelivered`` the target refused for good, per series (a value
+            type that conflicts with what it stores): sending them again cannot succeed.
     """
 
     def __init__(
@@ -53,11 +67,13 @@ class DeliveryError(BeamNominalError):
         report: Any = None,
         undelivered: dict[Any, int] | None = None,
         reasons: dict[Any, str] | None = None,
+        rejected: dict[Any, int] | None = None,
     ) -> None:
         super().__init__(message)
         self.report = report
         self.undelivered = dict(undelivered or {})
         self.reasons = dict(reasons or {})
+        self.rejected = dict(rejected or {})
 
     @property
     def points(self) -> int:

@@ -241,6 +241,12 @@ def timestamp_ns(value: Any) -> int:
     fractional digits, ``numpy.datetime64`` of any unit (taken as UTC), pandas ``Timestamp`` and
     Beam ``Timestamp``.
 
+    One rule for zones: a count of time since the epoch is UTC by definition, so zoneless
+    *counts* (int ns, ``datetime64``, Arrow ``timestamp`` columns without a tz) are taken as
+    UTC; a zoneless *wall-clock reading* (a naive ``datetime`` or pandas ``Timestamp``, which
+    Python itself takes as local time, or an ISO string without an offset) is ambiguous and
+    refused.
+
     Raises:
         ValueError: naive datetimes and strings, out-of-range values, unparseable strings.
         TypeError: floats (seconds or nanoseconds? ambiguous) and other types.

@@ -96,11 +96,15 @@ class RetrySettings:
     """Retries of retryable target errors: exponential backoff with full jitter.
 
     The n-th retry waits ``min(max_backoff, initial_backoff * multiplier**(n-1))`` scaled by a
-    random factor in ``[1 - jitter, 1]``. A request is given up after ``max_attempts`` attempts or
-    once ``total_timeout`` seconds have passed since its first attempt.
+    random factor in ``[1 - jitter, 1]``. A request is given up once ``total_timeout`` seconds
+    have passed since its first attempt, or after ``max_attempts`` attempts if that is set.
+
+    Bounded by time, not attempts, by default: 120 s rides out a two-minute outage (a Kafka
+    producer's default delivery timeout too), where 8 attempts from 0.1 s gave up after 8-13 s.
+    At least one of the two bounds must be set.
     """
 
-    max_attempts: int = 8
+    max_attempts: int | None = None
     initial_backoff: float = 0.1
     max_backoff: float = 10.0
     multiplier: float = 2.0
@@ -108,13 +112,13 @@ class RetrySettings:
     total_timeout: float | None = 120.0
 
     def __post_init__(self) -> None:
-        _positive_int("RetrySettings", "max_attempts", self.max_attempts)
+        if self.max_attempts is not None:
+            _positive_int("RetrySettings", "max_attempts", self.max_attempts)
         _seconds("RetrySettings", "initial_backoff", self.initial_backoff, allow_none=False, allow_zero=True)
         _seconds("RetrySettings", "max_backoff", self.max_backoff, allow_none=False, allow_zero=True)
         if self.max_backoff < self.initial_backoff:
             raise ValueError(
-                f"RetrySettings.max_backoff ({self.max_backoff!r}) is below initial_backoff "
-                f"({self.initial_backoff!r})"
+                f"RetrySettings.max_backoff ({self.max_backoff!r}) is below initial_backoff ({self.initial_backoff!r})"
             )
         if isinstance(self.multiplier, bool) or not isinstance(self.multiplier, (int, float)):
             raise TypeError(f"RetrySettings.multiplier must be a number, got {self.multiplier!r}")
@@ -125,6 +129,10 @@ class RetrySettings:
         if not 0 <= self.jitter <= 1:
             raise ValueError(f"RetrySettings.jitter must be in [0, 1], got {self.jitter!r}")
         _seconds("RetrySettings", "total_timeout", self.total_timeout, allow_none=True)
+        if self.max_attempts is None and self.total_timeout is None:
+            raise ValueError(
+                "RetrySettings needs a bound: max_attempts=None and total_timeout=None would retry for ever"
+            )
 
     def backoff(self, retry: int, rand: float) -> float:
         """Delay before retry number ``retry`` (1-based), given ``rand`` uniform in [0, 1)."""

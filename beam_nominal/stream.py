@@ -18,26 +18,26 @@ series.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import logging
 import os
-import signal
 import threading
 import time
 import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
+from beam_nominal._pipeline import interrupt as _interrupt
 from beam_nominal._pipeline import values as _values
 from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._pipeline.packer import cut_requests
 from beam_nominal._pipeline.staging import Chunk, PointBatch
 from beam_nominal._pipeline.uploader import Outcome, Uploader, WorkerPool
+from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
 from beam_nominal.model import SeriesKey, ValueType
 from beam_nominal.settings import BatchSettings, RetrySettings, UploadSettings, resolve
@@ -49,6 +49,7 @@ _log = logging.getLogger("beam_nominal.stream")
 
 #: Single points a stream stages, at most, before they move into its buffer.
 _SETTLE_POINTS = 4096
+
 
 class StreamState(str, enum.Enum):
     """Where a stream is in its life. Legal transitions, and nothing else::
@@ -163,18 +164,25 @@ class _Core:
         self.fallback_requests = 0
         self.failed: dict[SeriesKey, int] = {}
         self.reasons: dict[SeriesKey, str] = {}
+        #: The part of ``failed`` the target refused for good (it named the batches).
+        self.rejected: dict[SeriesKey, int] = {}
         self.failed_points = 0
         self.raised_failed = 0
         self.final_report: DeliveryReport | None = None
         self.uploader = Uploader(target, upload, retry, self.on_done, clock=clock, pool=workers)
         self.linger_stop = threading.Event()
-        self.signal_restore: Any = None
+        #: Ctrl+C presses seen while open (see ``_pipeline/interrupt.py``), and whether the
+        #: KeyboardInterrupt they owe the caller has been raised.
+        self.interrupts = 0
+        self.interrupt_raised = False
         #: Requests cut under the lock, to be handed to the uploader after releasing it.
         self._pending_submit: list[Request] = []
 
     # -- state under the lock --------------------------------------------------------------------
 
     def check_open(self) -> None:
+        if self.owes_interrupt():
+            raise KeyboardInterrupt
         if not self.accepting:
             raise StreamClosedError(f"stream for {self.dataset_rid} is {self.state.value}: no more writes")
 
@@ -202,7 +210,7 @@ class _Core:
                 )
             if not self.in_flight:
                 break  # nothing will free room: only a single call larger than the budget gets here
-            self.cond.wait()
+            self.wait(None)
             self.check_open()
         self.full = False
         self.gate = not self.accepting
@@ -267,25 +275,36 @@ class _Core:
                 return  # already written off by a timed-out close
             self.in_flight_bytes -= entry[1]
             self.retries += outcome.retries
-            if outcome.acknowledged:
-                self.points_acked += request.points
+            batches = request.batches
+            if outcome.rejected:
+                for i, why in outcome.rejected.items():
+                    self._write_off(batches[i], why, rejected=True)
+                batches = [b for i, b in enumerate(batches) if i not in outcome.rejected]
+            points = sum(len(b) for b in batches) if outcome.rejected else request.points
+            if not batches:
+                pass  # every batch was refused for good
+            elif outcome.acknowledged:
+                self.points_acked += points
                 self.requests_acked += 1
                 self.bytes_acked += outcome.nbytes
-                self.series_acked.update(b.key for b in request.batches)
+                self.series_acked.update(b.key for b in batches)
             elif outcome.fallback:
-                self.fallback_points += request.points
+                self.fallback_points += points
                 self.fallback_requests += 1
             else:
-                self._write_off(request, outcome.reason)
+                for b in batches:
+                    self._write_off(b, outcome.reason)
             self.full = self.buffer.nbytes + self.in_flight_bytes >= self.budget
             self.gate = self.full or not self.accepting
             self.cond.notify_all()
 
-    def _write_off(self, request: Request, reason: str) -> None:
-        for b in request.batches:
-            self.failed[b.key] = self.failed.get(b.key, 0) + len(b)
-            self.reasons[b.key] = reason
-        self.failed_points += request.points
+    def _write_off(self, batch: SeriesBatch, reason: str, rejected: bool = False) -> None:
+        n = len(batch)
+        self.failed[batch.key] = self.failed.get(batch.key, 0) + n
+        self.reasons[batch.key] = reason
+        self.failed_points += n
+        if rejected:
+            self.rejected[batch.key] = self.rejected.get(batch.key, 0) + n
 
     def report(self) -> DeliveryReport:
         path = getattr(self.target, "fallback_location", None)
@@ -315,6 +334,7 @@ class _Core:
             report=self.report(),
             undelivered=dict(self.failed),
             reasons=dict(self.reasons),
+            rejected=dict(self.rejected),
         )
 
     # -- flush / close ---------------------------------------------------------------------------
@@ -332,7 +352,9 @@ class _Core:
                 if remaining is not None and remaining <= 0:
                     pending = [r for s, (r, _) in self.in_flight.items() if s < upto]
                     raise self._timeout_error(f"flush timed out after {timeout}s", pending, write_off=False)
-                self.cond.wait(remaining)
+                self.wait(remaining)
+                if self.owes_interrupt():
+                    raise KeyboardInterrupt
             err = self.failure("flush")
             if err is not None:
                 raise err
@@ -345,7 +367,8 @@ class _Core:
                 counts[b.key] = counts.get(b.key, 0) + len(b)
         if write_off:
             for r in pending:
-                self._write_off(r, what)
+                for b in r.batches:
+                    self._write_off(b, what)
             err = self.failure(what)
             assert err is not None
             return err
@@ -378,19 +401,18 @@ class _Core:
             self.submit(reqs)
             error: DeliveryError | None = None
             with self.lock:
-                while self.in_flight:
+                while self.in_flight and self.interrupts < 2:  # a second Ctrl+C cuts the drain short
                     remaining = None if deadline is None else deadline - self.clock()
                     if remaining is not None and remaining <= 0:
                         break
-                    self.cond.wait(remaining)
+                    self.wait(remaining)
                 abandoned = list(self.in_flight.values())
                 if abandoned:
                     self.in_flight.clear()
                     self.in_flight_bytes = 0
                     self.cond.notify_all()  # a flush waiting on these must not wait on
-                    error = self._timeout_error(
-                        f"close timed out after {timeout}s", [r for r, _ in abandoned], write_off=True
-                    )
+                    why = "close interrupted by Ctrl+C" if self.interrupts >= 2 else f"close timed out after {timeout}s"
+                    error = self._timeout_error(why, [r for r, _ in abandoned], write_off=True)
                 else:
                     error = self.failure("close")
             if abandoned:
@@ -407,7 +429,7 @@ class _Core:
                 self.final_report = self.report()
                 if error is not None:
                     error.report = self.final_report
-            self.restore_signal()
+            _interrupt.unregister(self)
             if error is not None:
                 raise error
             return self.final_report
@@ -438,44 +460,50 @@ class _Core:
             except Exception:  # pragma: no cover - keep the timer alive, the next flush reports
                 _log.exception("background flush failed")
 
-    def restore_signal(self) -> None:
-        handler, self.signal_restore = self.signal_restore, None
-        if handler is None or threading.current_thread() is not threading.main_thread():
-            return
-        with contextlib.suppress(ValueError, TypeError):
-            signal.signal(signal.SIGINT, handler)
+    # -- Ctrl+C (the handler is in _pipeline/interrupt.py) --------------------------------------
 
+    def wait(self, timeout: float | None) -> None:
+        """Lock held: wait for an outcome, at most ``timeout``, waking every ``POLL`` seconds so a
+        Ctrl+C deferred by the handler is acted on soon (callers check ``interrupts``)."""
+        self.cond.wait(_interrupt.POLL if timeout is None else min(timeout, _interrupt.POLL))
 
-def _sigint_handler(ref: weakref.ref[_Core]) -> Callable[[int, FrameType | None], None]:
-    def handle(signum: int, frame: FrameType | None) -> None:
-        core = ref()
-        if core is not None:
-            if core.state is StreamState.OPEN:
-                core.accepting = False  # plain attribute stores: no lock needed to stop writes
-                core.gate = True
-                core.state = StreamState.CLOSING
-            core.restore_signal()
-            # Drain here unless this thread was interrupted while holding the lock (the lock is
-            # not re-entrant): then leaving `with`, close() or the finaliser drains instead.
-            if core.lock.acquire(timeout=0.5):
-                core.lock.release()
-                try:
-                    core.close(core.upload.close_timeout)
-                except DeliveryError as exc:
-                    _log.error("draining on SIGINT: %s", exc)
-        raise KeyboardInterrupt
+    def owes_interrupt(self) -> bool:
+        """True once for a Ctrl+C not yet raised to the caller (who then raises it)."""
+        if self.interrupts and not self.interrupt_raised:
+            self.interrupt_raised = True
+            return True
+        return False
 
-    return handle
+    def mark_interrupted(self) -> None:
+        # Plain stores, from the handler, possibly between two bytecodes of a locked section:
+        # they only stop writes; the next gate, wait slice or close() raises.
+        self.interrupts += 1
+        self.accepting = False
+        self.gate = True
+        # The state only with the lock (a close in another thread may be ending); if this
+        # thread was interrupted holding it, close() makes the transition instead.
+        if self.lock.acquire(blocking=False):
+            try:
+                if self.state is StreamState.OPEN:
+                    self.state = StreamState.CLOSING
+            finally:
+                self.lock.release()
+
+    def drain_interrupted(self) -> None:
+        self.interrupt_raised = True  # the handler raises it
+        try:
+            self.close(self.upload.close_timeout)
+        except Exception as exc:
+            _log.error("draining on Ctrl+C: %s", exc)
 
 
 def _finalize(core: _Core) -> None:
     if core.final_report is not None:
         return
-    warnings.warn(
-        f"NominalStream for {core.dataset_rid} was dropped without close(); draining now",
-        ResourceWarning,
-        stacklevel=2,
-    )
+    message = f"NominalStream for {core.dataset_rid} was dropped without close(); draining now"
+    # Python's default filters hide ResourceWarning: the log says it too.
+    _log.warning(message)
+    warnings.warn(message, ResourceWarning, stacklevel=2)
     try:
         core.close(core.upload.close_timeout)
     except Exception as exc:
@@ -566,12 +594,7 @@ class NominalStream:
         if batch.linger is not None:
             threading.Thread(target=core.linger_loop, name="beam-nominal-linger", daemon=True).start()
         self._finalizer = weakref.finalize(self, _finalize, core)
-        if (
-            threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        ):
-            core.signal_restore = signal.default_int_handler
-            signal.signal(signal.SIGINT, _sigint_handler(weakref.ref(core)))
+        _interrupt.register(core)
 
     # -- introspection ---------------------------------------------------------------------------
 
@@ -777,9 +800,16 @@ class NominalStream:
         if timeout is None:
             timeout = core.upload.close_timeout
         try:
-            return core.close(timeout)
+            report = core.close(timeout)
+        except DeliveryError as exc:
+            if core.owes_interrupt():
+                raise KeyboardInterrupt from exc
+            raise
         finally:
             self._finalizer.detach()
+        if core.owes_interrupt():
+            raise KeyboardInterrupt  # pressed while this close drained; it has now drained
+        return report
 
     def __enter__(self) -> NominalStream:
         return self
@@ -830,4 +860,3 @@ def _make_target(
         target, dataset_rid=dataset_rid, token=token, **extra, **http_options(target, format, fallback_to_row)
     )
     return made, made is not target
-

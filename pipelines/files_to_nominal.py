@@ -21,14 +21,18 @@ command runs on the local runner in a cron job or on Dataflow::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import logging
 import os
 import sys
-from collections.abc import Iterator, Sequence
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from pipelines._read import COLUMN_TYPES, UNIT_NS, BadRow, Layout, csv_rows, elements, reader_for
 
 FORMATS = ("csv", "parquet", "jsonl", "avro")
 _EXTENSIONS = {
@@ -40,7 +44,6 @@ _EXTENSIONS = {
     ".json": "jsonl",
     ".avro": "avro",
 }
-_UNIT_NS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
 
 
 def format_of(path: str, given: str | None) -> str:
@@ -56,90 +59,8 @@ def format_of(path: str, given: str | None) -> str:
     return fmt
 
 
-def timestamps_to_ns(column: Any, unit: str, where: str) -> np.ndarray:
-    """Convert an Arrow column of timestamps to int64 nanoseconds, exactly where the input is exact.
-
-    Raises:
-        ValueError: nulls, unparseable strings, or values out of range; the message names ``where``.
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from beam_nominal.model import timestamps_ns
-
-    if column.null_count:
-        raise ValueError(f"{where}: {column.null_count} empty timestamps")
-    typ = column.type
-    if pa.types.is_timestamp(typ):
-        if typ.tz is None:
-            logging.getLogger(__name__).debug("%s: naive timestamps taken as UTC", where)
-        return np.asarray(pc.cast(column, pa.timestamp("ns")).cast(pa.int64()).to_numpy(zero_copy_only=False))
-    if pa.types.is_integer(typ):
-        return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64) * _UNIT_NS[unit]
-    if pa.types.is_floating(typ):
-        values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
-        # Decimal seconds such as 1.000000001 are not exact in float64: round to the nearest ns.
-        return np.round(values * _UNIT_NS[unit]).astype(np.int64)
-    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
-        # CSV timestamps arrive as text (see _arrow_batches): numbers in the unit, or ISO-8601.
-        if pc.all(pc.match_substring_regex(column, r"^\s*-?\d+\s*$")).as_py():
-            return timestamps_to_ns(pc.cast(pc.utf8_trim_whitespace(column), pa.int64()), unit, where)
-        if pc.all(pc.match_substring_regex(column, r"^\s*-?\d*\.\d*(e-?\d+)?\s*$")).as_py():
-            return timestamps_to_ns(pc.cast(pc.utf8_trim_whitespace(column), pa.float64()), unit, where)
-        try:
-            return timestamps_ns(column.to_pylist())
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{where}: {exc}") from None
-    raise ValueError(f"{where}: timestamp column of type {typ} is not a number, string or timestamp")
-
-
-def _infer_text(values: np.ndarray) -> Any:
-    """One channel's CSV cells: int64 if all are integers, float64 if all are numbers, else text."""
-    texts = [str(v).strip() for v in values.tolist()]
-    try:
-        ints = [int(t) for t in texts]
-        if all(-(2**63) <= i < 2**63 for i in ints):
-            return np.array(ints, dtype=np.int64)
-    except ValueError:
-        pass
-    try:
-        return np.array([float(t) for t in texts], dtype=np.float64)
-    except ValueError:
-        return texts
-
-
 def _open(readable: Any) -> Any:
     return readable.open() if hasattr(readable, "open") else open(readable, "rb")
-
-
-def _arrow_batches(
-    f: Any, fmt: str, timestamp_column: str, text_columns: Sequence[str] = ()
-) -> Iterator[Any]:
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
-    import pyarrow.json as pjson
-    import pyarrow.parquet as pq
-
-    if fmt == "csv":
-        # Timestamps and channel names stay strings unless they look numeric: parsing them is ours.
-        # pyarrow would infer naive ISO strings as UTC timestamps; we read them as text and
-        # parse them ourselves, which rejects naive ones and keeps nanoseconds.
-        reader = pcsv.open_csv(
-            f,
-            read_options=pcsv.ReadOptions(block_size=8 << 20),
-            # An empty cell is a gap (null), in text columns too.
-            convert_options=pcsv.ConvertOptions(
-                column_types={timestamp_column: pa.string(), **{c: pa.string() for c in text_columns}},
-                strings_can_be_null=True,
-            ),
-        )
-        yield from reader
-    elif fmt == "parquet":
-        yield from pq.ParquetFile(f).iter_batches(batch_size=262_144)
-    elif fmt == "jsonl":
-        yield from pjson.read_json(f).to_batches(max_chunksize=262_144)
-    else:
-        raise ValueError(f"no Arrow reader for {fmt}")
 
 
 def _avro_values(values: list[Any]) -> Any:
@@ -159,7 +80,7 @@ def _avro_values(values: list[Any]) -> Any:
 
 
 class ReadTelemetry:
-    """Turns one file into WriteToNominal elements (picklable configuration, used in a FlatMap)."""
+    """Turns one file into WriteToNominal elements and :class:`BadRow` s (picklable, used in a FlatMap)."""
 
     def __init__(
         self,
@@ -170,21 +91,51 @@ class ReadTelemetry:
         channel_column: str,
         value_column: str,
         tags_column: str | None,
+        column_types: Mapping[str, str] | None = None,
+        int64_only: bool = False,
     ) -> None:
-        self.fmt, self.layout = fmt, layout
-        self.timestamp_column, self.timestamp_unit = timestamp_column, timestamp_unit
-        self.channel_column, self.value_column, self.tags_column = channel_column, value_column, tags_column
+        self.fmt = fmt
+        self.cfg = Layout(
+            layout,
+            timestamp_column,
+            timestamp_unit,
+            channel_column,
+            value_column,
+            tags_column,
+            dict(column_types or {}),
+            int64_only,
+        )
 
     def __call__(self, readable: Any) -> Iterator[Any]:
+        from apache_beam.metrics.metric import Metrics
+
+        rows_counter = Metrics.counter(NAMESPACE, "rows")
+        bad_counter = Metrics.counter(NAMESPACE, "bad_rows")
         path = readable.metadata.path if hasattr(readable, "metadata") else str(readable)
         fmt = format_of(path, self.fmt)
         with _open(readable) as f:
             if fmt == "avro":
                 yield from self._avro(f)
+                PROGRESS.add(files=1)
+                Metrics.counter(NAMESPACE, "files").inc()
                 return
-            text = (self.value_column,) if self.layout == "long" else ()
-            for i, batch in enumerate(_arrow_batches(f, fmt, self.timestamp_column, text)):
-                yield from self._batch(batch, f"{path} (batch {i})")
+            rows = csv_rows(f, path, reopen=lambda: _open(readable)) if fmt == "csv" else reader_for(fmt)(f, path)
+            for item in rows:
+                if isinstance(item, BadRow):
+                    rows_counter.inc()
+                    bad_counter.inc()
+                    PROGRESS.add(rows=1, bad=1)
+                    yield item
+                    continue
+                rows_counter.inc(len(item))
+                for out in elements(item, self.cfg):
+                    if isinstance(out, BadRow):
+                        bad_counter.inc()
+                        PROGRESS.add(bad=1)
+                    yield out
+                PROGRESS.add(rows=len(item))
+        PROGRESS.add(files=1)
+        Metrics.counter(NAMESPACE, "files").inc()
 
     def _avro(self, f: Any) -> Iterator[Any]:
         import fastavro
@@ -196,59 +147,64 @@ class ReadTelemetry:
                 _avro_values(rec["values"]),
                 rec.get("tags") or None,
             )
+            PROGRESS.add(rows=len(rec["timestamps"]))
 
-    def _batch(self, batch: Any, where: str) -> Iterator[Any]:
-        import pyarrow as pa
-        import pyarrow.compute as pc
 
-        names = batch.schema.names
-        if self.timestamp_column not in names:
-            raise ValueError(f"{where}: no timestamp column {self.timestamp_column!r}; columns {names}")
-        ts = timestamps_to_ns(batch.column(self.timestamp_column), self.timestamp_unit, where)
-        if self.layout == "wide":
-            columns = {n: batch.column(n) for n in names if n != self.timestamp_column}
-            yield pa.RecordBatch.from_pydict({self.timestamp_column: pa.array(ts, pa.int64()), **columns})
-            return
-        for col in (self.channel_column, self.value_column):
-            if col not in names:
-                raise ValueError(f"{where}: long layout needs column {col!r}; columns {names}")
-        channels = batch.column(self.channel_column)
-        values = batch.column(self.value_column)
-        tags_col = batch.column(self.tags_column) if self.tags_column and self.tags_column in names else None
-        # Group rows per (channel, tags) into series elements: far cheaper than one element per row.
-        keys = pc.binary_join_element_wise(
-            pc.cast(channels, pa.string()),
-            pc.cast(tags_col, pa.string()) if tags_col is not None else pa.scalar(""),
-            "\x00",
-        )
-        keys_np = np.asarray(keys.to_numpy(zero_copy_only=False), dtype=object)
-        order = np.argsort(keys_np, kind="stable")
-        sorted_keys = keys_np[order]
-        starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-        ends = np.r_[starts[1:], len(order)]
-        # CSV values arrive as text so each channel gets its own type (see _arrow_batches).
-        text_values = pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
-        if text_values:
-            values = pc.if_else(pc.equal(values, ""), pa.scalar(None, values.type), values)
-        value_np = values.to_numpy(zero_copy_only=False)
-        valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
-            rows = order[s:e]
-            rows = rows[valid[rows]]
-            if not rows.size:
-                continue
-            first = int(rows[0])
-            channel = channels[first].as_py()
-            tags = None
-            if tags_col is not None and tags_col[first].is_valid:
-                raw = tags_col[first].as_py()
-                tags = json.loads(raw) if isinstance(raw, str) else dict(raw)
-            vals = value_np[rows]
-            if text_values:
-                vals = _infer_text(vals)
-            elif vals.dtype == object:
-                vals = vals.tolist()
-            yield channel, ts[rows], vals, tags
+#: Beam metrics namespace of the reader (``rows``, ``bad_rows``, ``files``).
+NAMESPACE = "files_to_nominal"
+
+
+class _Progress:
+    """Rows and files read by this process, for the local runner's progress line.
+
+    Beam metrics are only readable once a local job ends; the in-process FnApiRunner runs the
+    reader in this process, so a plain counter shows progress while it runs.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.rows = self.bad = self.files = 0
+
+    def add(self, rows: int = 0, bad: int = 0, files: int = 0) -> None:
+        with self._lock:
+            self.rows += rows
+            self.bad += bad
+            self.files += files
+
+    def snapshot(self) -> tuple[int, int, int]:
+        with self._lock:
+            return self.rows, self.bad, self.files
+
+
+PROGRESS = _Progress()
+
+
+def _is_bad_row(x: Any) -> bool:
+    return isinstance(x, BadRow)
+
+
+def _is_element(x: Any) -> bool:
+    return not isinstance(x, BadRow)
+
+
+def _failed_json(f: Any) -> str:
+    return json.dumps({"kind": "element", "element": repr(f.element)[:1000], "error": f.error, "reason": f.reason})
+
+
+def _bad_row_json(b: BadRow) -> str:
+    return b.to_json()
+
+
+def _count_file(f: Any) -> Any:
+    from apache_beam.metrics.metric import Metrics
+
+    Metrics.counter(NAMESPACE, "files_written").inc()
+    Metrics.counter(NAMESPACE, "bytes_written").inc(int(getattr(f, "bytes", 0)))
+    return f
+
+
+def _is_url(target: str) -> bool:
+    return target.split("://", 1)[0].lower() in ("http", "https", "grpc", "grpcs")
 
 
 def build(p: Any, args: argparse.Namespace) -> Any:
@@ -266,14 +222,16 @@ def build(p: Any, args: argparse.Namespace) -> Any:
         args.channel_column,
         args.value_column,
         args.tags_column,
+        dict(t.split("=", 1) for t in args.column_type),
+        # Avro files hold integers as long (int64): larger ones are bad rows, not a failed job.
+        int64_only=bool(args.target) and (args.target.endswith((".avro", "/")) and not _is_url(args.target)),
     )
     tags = dict(t.split("=", 1) for t in args.tag) if args.tag else None
     globs = p | "Globs" >> beam.Create(list(args.input))
+    read = globs | "Match" >> fileio.MatchAll() | "Open" >> fileio.ReadMatches() | "Read" >> beam.FlatMap(reader)
     result = (
-        globs
-        | "Match" >> fileio.MatchAll()
-        | "Open" >> fileio.ReadMatches()
-        | "Read" >> beam.FlatMap(reader)
+        read
+        | "Elements" >> beam.Filter(_is_element)
         | "Write"
         >> WriteToNominal(
             args.target,
@@ -284,15 +242,15 @@ def build(p: Any, args: argparse.Namespace) -> Any:
             local_data_dir=args.data_dir,
         )
     )
+    files = getattr(result, "files", None)
+    if files is not None:
+        _ = files | "CountFiles" >> beam.Map(_count_file)
     if args.failed_output:
+        bad_rows = read | "BadRows" >> beam.Filter(_is_bad_row) | "BadRowJson" >> beam.Map(_bad_row_json)
+        failed = result.failed | "FailedJson" >> beam.Map(_failed_json)
         _ = (
-            result.failed
-            | "FailedJson"
-            >> beam.Map(
-                lambda f: json.dumps(
-                    {"element": repr(f.element)[:1000], "error": f.error, "reason": f.reason}
-                )
-            )
+            (bad_rows, failed)
+            | "AllFailed" >> beam.Flatten()
             | "WriteFailed" >> beam.io.WriteToText(args.failed_output, file_name_suffix=".jsonl")
         )
     return result
@@ -315,7 +273,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
     parser.add_argument("--timestamp-column", default="timestamp")
     parser.add_argument(
         "--timestamp-unit",
-        choices=tuple(_UNIT_NS),
+        choices=tuple(UNIT_NS),
         default="ns",
         help="unit of numeric timestamps (strings are ISO-8601 with a timezone)",
     )
@@ -324,17 +282,65 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
     parser.add_argument("--tags-column", default=None, help="long layout: column of JSON tag objects")
     parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="tag every series")
     parser.add_argument(
-        "--target", default=None, help="grpc(s)://host:port or .avro path; none = embedded server"
+        "--column-type",
+        action="append",
+        default=[],
+        metavar="NAME=TYPE",
+        help=f"type of a channel (long layout) or column (wide): one of {', '.join(COLUMN_TYPES)}; "
+        "cells that are not of that type are failed rows. Default: inferred per batch",
+    )
+    parser.add_argument(
+        "--target",
+        default=None,
+        help="https://host/api, grpc(s)://host:port, a .avro path, or a prefix ending in / (local "
+        "directory, gs://bucket/dir/ ...) for ingest-ready Avro files; none = embedded local server",
     )
     parser.add_argument("--dataset-rid", default=None, help="dataset to write (required with --target)")
     parser.add_argument("--token-env", default="NOMINAL_TOKEN", help="environment variable holding the token")
     parser.add_argument("--data-dir", default="nominal-data", help="embedded server data directory")
-    parser.add_argument("--failed-output", default=None, help="path prefix for failed elements (JSON lines)")
+    parser.add_argument(
+        "--failed-output",
+        default=None,
+        help="path prefix for rows and elements not written (JSON lines: file, row, line, column, reason)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args, rest = parser.parse_known_args(argv)
     for t in args.tag:
         if "=" not in t:
             parser.error(f"--tag {t!r} is not KEY=VALUE")
+    for t in args.column_type:
+        name, _, typ = t.partition("=")
+        if not name or typ not in COLUMN_TYPES:
+            parser.error(f"--column-type {t!r} is not NAME=TYPE with TYPE one of {', '.join(COLUMN_TYPES)}")
     return args, rest
+
+
+class _ProgressPrinter:
+    """Prints a progress line every ``every`` seconds while the local runner works."""
+
+    def __init__(self, every: float, out: Any) -> None:
+        self._every, self._out = every, out
+        self._stop = threading.Event()
+        self._t0 = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, name="files_to_nominal-progress", daemon=True)
+
+    def __enter__(self) -> _ProgressPrinter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            rows, bad, files = PROGRESS.snapshot()
+            elapsed = time.perf_counter() - self._t0
+            print(
+                f"files_to_nominal: {elapsed:.0f} s, {files} files done, {rows:,} rows read, {bad:,} bad rows",
+                file=self._out,
+                flush=True,
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -343,35 +349,66 @@ def main(argv: Sequence[str] | None = None) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     runner: Any = None
-    if not any(a.startswith("--runner") for a in beam_args):
+    local = not any(a.startswith("--runner") for a in beam_args)
+    if local:
         # FnApiRunner runs in-process with no download (DirectRunner would first fetch Prism).
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
         runner = FnApiRunner()
+    t0 = time.perf_counter()
     p = beam.Pipeline(runner=runner, options=PipelineOptions(beam_args))
     build(p, args)
-    result = p.run()
-    result.wait_until_finish()
-    failed = _failed_count(result)
-    if failed:
-        where = (
-            f" (see {args.failed_output}*)" if args.failed_output else " (use --failed-output to keep them)"
-        )
-        print(f"files_to_nominal: {failed} elements were not written{where}", file=sys.stderr)
+    PROGRESS.__init__()  # type: ignore[misc]
+    with _ProgressPrinter(5.0, sys.stderr) if local and not args.quiet else contextlib.nullcontext():
+        result = p.run()
+        result.wait_until_finish()
+    elapsed = time.perf_counter() - t0
+    m = _metrics(result)
+    failed = m.get("bad_rows", 0) + m.get("failed_elements", 0)
+    print(summary(args, m, elapsed))
+    if failed and not args.failed_output:
         return 2
     return 0
 
 
-def _failed_count(result: Any) -> int:
+def summary(args: argparse.Namespace, m: Mapping[str, int], elapsed: float) -> str:
+    """The closing report: what landed where, what did not and where it went, how fast."""
+    from beam_nominal.beam.transform import DEFAULT_LOCAL_DATASET
+
+    points = m.get("points", 0)
+    bad, failed = m.get("bad_rows", 0), m.get("failed_elements", 0)
+    target = args.target or f"embedded local server (data in {os.path.abspath(args.data_dir)})"
+    dataset = args.dataset_rid or DEFAULT_LOCAL_DATASET
+    if bad or failed:
+        where = f"in {args.failed_output}*.jsonl" if args.failed_output else "not kept: use --failed-output PREFIX"
+    else:
+        where = "none"
+    lines = [
+        f"files_to_nominal: done in {elapsed:.1f} s",
+        f"  files read     {m.get('files', 0):,}, rows {m.get('rows', 0):,}",
+        f"  points written {points:,} in {m.get('series', 0):,} series ({points / max(elapsed, 1e-9):,.0f} points/s)",
+        f"  failed         {bad:,} rows, {failed:,} elements ({where})",
+        f"  dataset        {dataset}",
+        f"  target         {target}",
+    ]
+    if m.get("files_written"):
+        lines.append(f"  files written  {m['files_written']:,} ({m.get('bytes_written', 0):,} bytes)")
+    return "\n".join(lines)
+
+
+def _metrics(result: Any) -> dict[str, int]:
     from apache_beam.metrics.metric import MetricsFilter
 
+    out: dict[str, int] = {}
     try:
-        query = result.metrics().query(
-            MetricsFilter().with_namespace("beam_nominal").with_name("failed_elements")
-        )
+        query = result.metrics().query(MetricsFilter())
     except Exception:  # runners without a metrics API
-        return 0
-    return sum(int(c.committed or c.attempted or 0) for c in query["counters"])
+        return out
+    for c in query["counters"]:
+        if c.key.metric.namespace in ("beam_nominal", NAMESPACE):
+            name = c.key.metric.name
+            out[name] = out.get(name, 0) + int(c.committed or c.attempted or 0)
+    return out
 
 
 if __name__ == "__main__":

@@ -94,9 +94,7 @@ def generate_series(
         values = np.cumsum(rng.integers(0, 4, k.size, dtype=np.int64))
     elif ch.kind == "string":
         if ch.name == "flight.phase":
-            phase = np.minimum(
-                (t * len(FLIGHT_PHASES) / max(seconds, 1)).astype(np.int64), len(FLIGHT_PHASES) - 1
-            )
+            phase = np.minimum((t * len(FLIGHT_PHASES) / max(seconds, 1)).astype(np.int64), len(FLIGHT_PHASES) - 1)
             values = [FLIGHT_PHASES[p] for p in phase.tolist()]
         else:
             values = [("AUTO", "MANUAL", "HOLD")[int(x)] for x in rng.integers(0, 3, k.size)]
@@ -109,9 +107,7 @@ def generate_series(
         yield ch.name, ts[start : start + step], values[start : start + step], tags
 
 
-def _shard_elements(
-    shard: int, shards: int, seconds: int, vehicles: int, seed: int, channels: int
-) -> Iterator[Any]:
+def _shard_elements(shard: int, shards: int, seconds: int, vehicles: int, seed: int, channels: int) -> Iterator[Any]:
     plan = channel_plan(channels)
     for index, ch in enumerate(plan):
         if index % shards != shard:
@@ -131,8 +127,7 @@ def build(p: Any, args: argparse.Namespace) -> Any:
         p
         | "Shards" >> beam.Create(list(range(shards)))
         | "Spread" >> beam.Reshuffle()
-        | "Generate"
-        >> beam.FlatMap(_shard_elements, shards, args.seconds, args.vehicles, args.seed, args.channels)
+        | "Generate" >> beam.FlatMap(_shard_elements, shards, args.seconds, args.vehicles, args.seed, args.channels)
         | "Write"
         >> WriteToNominal(
             args.target,
@@ -150,9 +145,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
         "Unknown options are Beam pipeline options (--runner, --direct_num_workers, ...).",
     )
     parser.add_argument("--demo", action="store_true", help="the make-demo run: local server, summary, check")
-    parser.add_argument(
-        "--target", default=None, help="grpc(s)://host:port or .avro path; none = embedded server"
-    )
+    parser.add_argument("--target", default=None, help="grpc(s)://host:port or .avro path; none = embedded server")
     parser.add_argument("--dataset-rid", default=None, help="dataset to write (default: a new one per run)")
     parser.add_argument("--token-env", default="NOMINAL_TOKEN", help="environment variable holding the token")
     parser.add_argument("--data-dir", default="nominal-data", help="embedded server data directory")
@@ -182,35 +175,27 @@ def verify(data_dir: str, dataset_rid: str, expected: dict[tuple[str, str], int]
     """Compare stored point counts per series with ``expected``; returns the mismatches."""
     from beam_nominal.server import LocalStore
 
-    got = {
-        (s.channel, s.tags.get("vehicle", "")): s.count for s in LocalStore(data_dir).list_series(dataset_rid)
-    }
+    got = {(s.channel, s.tags.get("vehicle", "")): s.count for s in LocalStore(data_dir).list_series(dataset_rid)}
     problems = [f"{k}: expected {n}, stored {got.get(k, 0)}" for k, n in expected.items() if got.get(k) != n]
     problems += [f"{k}: not generated, stored {n}" for k, n in got.items() if k not in expected]
     return problems
 
 
-def _picture(data_dir: str, dataset_rid: str) -> str | None:
-    try:
-        import matplotlib
+#: The dataset ``--demo`` writes (and replaces) when no ``--dataset-rid`` is given.
+DEMO_DATASET = "ri.beam-nominal.demo"
+#: Channels the demo's picture command shows.
+PICTURE_CHANNELS = ("sensors.s000", "counters.c000", "flight.phase", "nav.mode")
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    from beam_nominal.server import LocalStore
 
-    store = LocalStore(data_dir)
-    fig, axes = plt.subplots(3, 1, figsize=(10, 7), sharex=True)
-    for ax, name in zip(axes, ("sensors.s000", "sensors.s001", "counters.c000"), strict=True):
-        table = store.read(dataset_rid, name, {"vehicle": "sim-0"})
-        ts = (table.column("timestamp").to_numpy() - START_NS) / 1e9
-        ax.plot(ts, table.column("value").to_numpy(), lw=0.8)
-        ax.set_ylabel(name)
-    axes[-1].set_xlabel("seconds")
-    path = os.path.join(data_dir, f"{dataset_rid}.png")
-    fig.savefig(path, dpi=90)
-    return path
+def _drop_local_dataset(data_dir: str, rid: str) -> None:
+    import shutil
+
+    from beam_nominal.server.store import _dir_name
+
+    path = os.path.join(data_dir, _dir_name(rid))
+    if os.path.isdir(path):
+        print(f"synthetic_telemetry: replacing the previous demo dataset in {os.path.abspath(path)}")
+        shutil.rmtree(path)
 
 
 def _quiet_beam_import_noise(record: logging.LogRecord) -> bool:
@@ -235,10 +220,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    if args.dataset_rid is None:
-        args.dataset_rid = "ri.beam-nominal.demo." + dt.datetime.now(dt.timezone.utc).strftime(
-            "%Y%m%dT%H%M%S"
-        )
+    if args.dataset_rid is None and args.demo and args.target is None:
+        # One fixed name, so README.md's commands work after `make demo`; each run replaces it
+        # (the read-back check compares exact counts).
+        args.dataset_rid = DEMO_DATASET
+        _drop_local_dataset(args.data_dir, DEMO_DATASET)
+    elif args.dataset_rid is None:
+        args.dataset_rid = "ri.beam-nominal.demo." + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     options = PipelineOptions(beam_args)
     runner: Any = None
     if not any(a.startswith("--runner") for a in beam_args):
@@ -272,25 +260,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     data_dir = os.path.abspath(args.data_dir)
     problems = verify(data_dir, args.dataset_rid, expected)
     if problems:
-        print(
-            f"READ-BACK CHECK FAILED ({len(problems)} series):", *problems[:20], sep="\n  ", file=sys.stderr
-        )
+        print(f"READ-BACK CHECK FAILED ({len(problems)} series):", *problems[:20], sep="\n  ", file=sys.stderr)
         return 1
     print(f"read-back check: all {len(expected)} series hold exactly the generated {total:,} points")
     inspect, python = _command("beam-nominal"), _command("python")
+    data = os.path.relpath(data_dir) if not os.path.relpath(data_dir).startswith("..") else data_dir
+    rid = args.dataset_rid
     print(
-        f"\nData: {data_dir} (dataset {args.dataset_rid})\n"
-        f"  {inspect} inspect --data-dir {data_dir} --dataset {args.dataset_rid}\n"
-        f"  {inspect} inspect --data-dir {data_dir} --dataset {args.dataset_rid} --channel flight.phase\n"
+        f"\nData: {data_dir} (dataset {rid}). Look at it:\n"
+        f"  {inspect} inspect --data-dir {data} --dataset {rid}\n"
+        f"  {inspect} inspect --data-dir {data} --dataset {rid} --channel flight.phase\n"
+        f"  {inspect} inspect --data-dir {data} --dataset {rid} --channel counters.c000 --format csv\n"
         f'  {python} -c "from beam_nominal.server import LocalStore; '
-        f"print(LocalStore({data_dir!r}).read({args.dataset_rid!r}, 'sensors.s000', "
-        "{'vehicle': 'sim-0'}).to_pandas())\"\n"
-        "  DuckDB over the Parquet files: see README.md"
+        f"print(LocalStore({data!r}).read({rid!r}, 'sensors.s000', {{'vehicle': 'sim-0'}}).slice(0, 5))\""
     )
-    picture = _picture(data_dir, args.dataset_rid)
-    if picture:
-        print(f"  picture of three channels: {picture}")
+    channels = " ".join(f"--channel {c}" for c in PICTURE_CHANNELS)
+    if _has_matplotlib():
+        picture = os.path.join(data, f"{rid}.png")
+        print(f"  {inspect} inspect --data-dir {data} --dataset {rid} {channels} --plot {picture}")
+    else:
+        print(f"  pictures: {_command('pip')} install -e '.[plot]', then inspect ... --plot FILE.png (README.md)")
+    print("  DuckDB over the Parquet files: README.md, 'Query the data with DuckDB'")
     return 0
+
+
+def _has_matplotlib() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 if __name__ == "__main__":

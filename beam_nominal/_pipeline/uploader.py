@@ -14,8 +14,8 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 from beam_nominal.errors import TargetError
 from beam_nominal.settings import RetrySettings, UploadSettings
@@ -36,6 +36,9 @@ class Outcome:
         reason: why the primary failed ("" when acknowledged).
         retries: attempts beyond the first.
         nbytes: size of the request body (0 if it was never encoded).
+        rejected: batches the target refused for good, by index into the request's batches,
+            with its reason. ``acknowledged``/``fallback``/``reason`` are about the others:
+            the request went again without these.
     """
 
     acknowledged: bool
@@ -43,6 +46,7 @@ class Outcome:
     reason: str
     retries: int
     nbytes: int
+    rejected: Mapping[int, str] = field(default_factory=dict)
 
 
 class WorkerPool:
@@ -159,8 +163,18 @@ class Uploader:
         self._on_done(request, outcome)
 
     def _deliver(self, request: Request) -> Outcome:
+        rejected: dict[int, str] = {}
+        outcome = self._deliver_rest(request, rejected)
+        return replace(outcome, rejected=rejected) if rejected else outcome
+
+    def _deliver_rest(self, request: Request, rejected: dict[int, str]) -> Outcome:
+        """Send ``request``; when the target refuses some of its batches for good (naming them),
+        record them in ``rejected`` and send the others as a request of their own (a new body,
+        so a new idempotency key: nothing of the refused request was stored)."""
         retry, start = self._retry, self._clock()
         attempt = 0
+        #: Indices into the original request's batches of what ``request`` now holds.
+        index = list(range(len(request.batches)))
         while True:
             attempt += 1
             timeout = self._upload.attempt_timeout
@@ -173,11 +187,31 @@ class Uploader:
             except TargetError as exc:
                 reason = f"{exc.code or type(exc).__name__}: {exc}"
                 retryable, retry_after = exc.retryable, exc.retry_after
+                refused = {i: why for i, why in exc.rejected.items() if 0 <= i < len(index)}
+                if not retryable and refused:
+                    rejected.update((index[i], why) for i, why in refused.items())
+                    index = [j for i, j in enumerate(index) if i not in refused]
+                    if not index:
+                        return Outcome(False, False, reason, attempt - 1, 0)
+                    request = Request(
+                        request.dataset_rid,
+                        [b for i, b in enumerate(request.batches) if i not in refused],
+                        request.source_name,
+                        request.seq,
+                    )
+                    _log.warning(
+                        "request %d: %d series refused for good (%s); sending the other %d again",
+                        request.seq,
+                        len(refused),
+                        reason,
+                        len(index),
+                    )
+                    continue
             except Exception as exc:
                 reason, retryable = f"{type(exc).__name__}: {exc}", False
             if not retryable:
                 break
-            if attempt >= retry.max_attempts:
+            if retry.max_attempts is not None and attempt >= retry.max_attempts:
                 reason = f"gave up after {attempt} attempts: {reason}"
                 break
             delay = retry.backoff(attempt, self._rand())
@@ -188,9 +222,7 @@ class Uploader:
             if retry.total_timeout is not None and self._clock() - start + delay >= retry.total_timeout:
                 reason = f"gave up after {attempt} attempts ({retry.total_timeout}s retry budget): {reason}"
                 break
-            _log.debug(
-                "request %d attempt %d failed (%s); retrying in %.3fs", request.seq, attempt, reason, delay
-            )
+            _log.debug("request %d attempt %d failed (%s); retrying in %.3fs", request.seq, attempt, reason, delay)
             if self._sleep(delay):
                 # Abandoned: the stream has written this request off and reported it failed;
                 # sending it anywhere now (the fallback included) would deliver it unreported.
@@ -204,8 +236,5 @@ class Uploader:
             self._send_fallback(request, self._upload.attempt_timeout, reason=RuntimeError(reason))
         except Exception as exc:
             return Outcome(False, False, f"{reason}; fallback failed too: {exc}", retries, 0)
-        _log.warning(
-            "request %d (%d points) went to the fallback target: %s", request.seq, request.points, reason
-        )
+        _log.warning("request %d (%d points) went to the fallback target: %s", request.seq, request.points, reason)
         return Outcome(False, True, reason, retries, 0)
-

@@ -31,13 +31,20 @@ class SeriesBatch:
 
 
 class MalformedBatchError(ValueError):
-    """A request that cannot be stored as sent; names the batch index and its channel."""
+    """A request that cannot be stored as sent; names the batch index and its channel.
 
-    def __init__(self, index: int, channel: str, reason: str) -> None:
-        super().__init__(f"batches[{index}] (channel {channel[:200]!r}): {reason}")
+    ``rejected`` maps every batch index known to be refused to its reason (at least ``index``):
+    a server that finds several (type conflicts with stored series) names them all, so a client
+    can send the other batches again and report these.
+    """
+
+    def __init__(self, index: int, channel: str, reason: str, rejected: dict[int, str] | None = None) -> None:
+        more = f" (and {len(rejected) - 1} more rejected batches)" if rejected and len(rejected) > 1 else ""
+        super().__init__(f"batches[{index}] (channel {channel[:200]!r}): {reason}{more}")
         self.index = index
         self.channel = channel
         self.reason = reason
+        self.rejected = dict(rejected) if rejected else {index: reason}
 
 
 @dataclass(frozen=True, slots=True)

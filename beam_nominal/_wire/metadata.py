@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 
 WRITER_SERVICE = "nominal.channel_writer.v1.NominalChannelWriterService"
 WRITE_COLUMN_BATCHES = f"/{WRITER_SERVICE}/WriteColumnBatches"
@@ -28,6 +29,35 @@ PROTOBUF_CONTENT_TYPE = "application/x-protobuf"
 
 #: Largest request the local server accepts, and the gRPC message limit both sides configure.
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+
+#: The local server's answer to a request with batches it refuses for good (a value type that
+#: conflicts with a stored series) names them: gRPC trailing metadata under this key, the HTTP
+#: JSON error body under ``rejected_batches``; both hold :func:`rejected_json`. Nothing of such a
+#: request is stored, so a client may send the other batches again.
+REJECTED_BATCHES = "x-beam-nominal-rejected-batches-bin"
+
+
+def rejected_json(rejected: dict[int, str]) -> list[dict[str, object]]:
+    """The rejected batches as JSON values: ``[{"batch": index, "reason": text}, ...]``."""
+    return [{"batch": i, "reason": r} for i, r in sorted(rejected.items())]
+
+
+def parse_rejected(value: object) -> dict[int, str]:
+    """Inverse of :func:`rejected_json` (from parsed JSON, or its UTF-8 bytes); anything else,
+    from a server that does not name batches, is no batch at all."""
+    if isinstance(value, bytes | str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    if not isinstance(value, list):
+        return {}
+    out: dict[int, str] = {}
+    for item in value:
+        if isinstance(item, dict) and isinstance(item.get("batch"), int) and not isinstance(item["batch"], bool):
+            out[item["batch"]] = str(item.get("reason", ""))
+    return out
 
 
 def idempotency_key(body: bytes) -> str:

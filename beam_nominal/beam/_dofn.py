@@ -18,7 +18,11 @@ Life cycle (Beam reuses one instance for many bundles, one instance per concurre
   ``HANDOVER_POINTS`` points the batch goes to the stream in one call; the stream cuts requests
   on its budget, so memory stays bounded whatever the bundle size.
 * ``finish_bundle``: hands the rest over and returns only once every point of the bundle is
-  acknowledged; otherwise raises so the runner retries the bundle. It outputs nothing.
+  acknowledged; otherwise raises so the runner retries the bundle. The one exception: series
+  the target refused for good and named (a value type conflicting with what it stores) while it
+  took the rest; a retry cannot help them, so each is output as a ``FailedElement`` (in the
+  global window: its points came from many elements) and the bundle succeeds. With an Avro
+  prefix target it also outputs the files it made visible (``WrittenFile``, global window).
 * ``teardown``: releases the target and the threads (best effort; never holds data).
 
 The DoFn's only output is ``failed``, as its main output: DaskRunner hands each consumer of a
@@ -32,17 +36,23 @@ import itertools
 import logging
 import os
 import threading
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import Lineage
+from apache_beam.transforms.window import GlobalWindows
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_nominal._pipeline.staging import Chunk, PointBatch
 from beam_nominal._pipeline.uploader import WorkerPool
 from beam_nominal.beam._elements import ELEMENT_ERRORS, FailedElement, Reader, failed, is_point_fields, reader_for
 from beam_nominal.beam._metrics import MeasuredTarget, SinkMetrics
 from beam_nominal.settings import resolve
+from beam_nominal.targets.avro_prefix import is_prefix
 
 _LOG = logging.getLogger(__name__)
 
@@ -54,6 +64,7 @@ __all__ = [
     "WriteChunksDoFn",
     "WriteDoFn",
     "chunk_key",
+    "report_lineage",
     "resolve_token",
 ]
 
@@ -135,8 +146,9 @@ class _SharedTargets:
         shareable = isinstance(config.target, str) and (token is None or isinstance(token, str))
         if not shareable:
             return _open_target(config.target, token, config.dataset_rid, config.target_options), None
-        # Avro files are per writer: two instances appending to one file would interleave blocks.
-        if config.target.endswith(".avro"):
+        # Avro files are per writer: two instances appending to one file would interleave blocks,
+        # and a prefix target holds the files of its instance's current bundle.
+        if config.target.endswith(".avro") or is_prefix(config.target):
             return _open_target(config.target, token, config.dataset_rid, config.target_options), None
         # An HTTP target is per dataset (the rid is in its URL); options change what it sends.
         key = (config.target, hash(token), config.dataset_rid, tuple(sorted(config.target_options.items())))
@@ -166,6 +178,24 @@ class _SharedTargets:
 SHARED_TARGETS = _SharedTargets()
 
 
+def report_lineage(target: Any, dataset_rid: str) -> Callable[[], None]:
+    """What names, in Beam's sink lineage, where a bundle's points went; as Beam's own sinks do.
+
+    A URL target is ``nominal:`<scheme://host[:port]/path>`.`<dataset rid>``` (credentials, query
+    and fragment dropped); an Avro target is files, reported like Beam's file sinks report theirs,
+    by the glob of the files its writers create. A target factory is opaque: nothing is reported.
+    """
+    if not isinstance(target, str):
+        return lambda: None
+    if target.endswith(".avro"):
+        files = os.path.abspath(target.removeprefix("file://")[: -len(".avro")]) + "-*.avro"
+        return lambda: FileSystems.report_sink_lineage(files)
+    url = urllib.parse.urlsplit(target)
+    endpoint = f"{url.scheme}://{url.netloc.rpartition('@')[2]}{url.path.rstrip('/')}"
+    segments = (Lineage.wrap_segment(endpoint), Lineage.wrap_segment(dataset_rid))
+    return lambda: Lineage.sinks().add("nominal", *segments)
+
+
 class WriteDoFn(beam.DoFn):
     """Writes elements of any supported shape; outputs the ones it cannot write (``FailedElement``)."""
 
@@ -177,6 +207,7 @@ class WriteDoFn(beam.DoFn):
         self._measured: MeasuredTarget = MeasuredTarget(None)
         self._workers: WorkerPool | None = None
         self._metrics: SinkMetrics | None = None
+        self._lineage: Callable[[], None] = lambda: None
         self._stream: Any = None
         self._batch = PointBatch(config.tags)
         self._readers: dict[type, Reader] = {}
@@ -204,6 +235,7 @@ class WriteDoFn(beam.DoFn):
         self._target, self._target_key = SHARED_TARGETS.acquire(self._config)
         self._measured = MeasuredTarget(self._target)
         self._metrics = SinkMetrics()
+        self._lineage = report_lineage(self._config.target, self._config.dataset_rid)
         settings = resolve(owner="WriteToNominal", **self._config.settings)
         self._workers = WorkerPool(settings.upload.max_in_flight)
 
@@ -215,6 +247,7 @@ class WriteDoFn(beam.DoFn):
         settings["linger"] = None
         self._measured.take_samples()
         self._batch.clear()
+        _bundle_hook(self._target, "begin_bundle")
         self._stream = NominalStream(
             self._measured,
             dataset_rid=self._config.dataset_rid,
@@ -251,17 +284,33 @@ class WriteDoFn(beam.DoFn):
         self._metrics.failed_elements.inc()
         return [failed(element, exc)]
 
-    def finish_bundle(self) -> None:
+    def finish_bundle(self) -> list[WindowedValue] | None:
         from beam_nominal.errors import DeliveryError
 
         stream, self._stream = self._stream, None
         if stream is None:
-            return
+            return None
         try:
             stream.enqueue_chunks(self._batch.take())
             report = stream.flush()
+            # A file target makes the bundle's files visible only now that all of it is written.
+            written = _bundle_hook(self._target, "commit_bundle") or []
         except DeliveryError as exc:
+            if exc.rejected and exc.rejected == exc.undelivered:
+                # The target refused these series for good (their type conflicts with what it
+                # stores) and took everything else: retrying the bundle cannot help, so they go
+                # to the failed output, once per series.
+                stream.close()
+                written = _bundle_hook(self._target, "commit_bundle") or []
+                assert self._metrics is not None
+                self._metrics.record(exc.report, self._measured.take_samples())
+                self._metrics.failed_elements.inc(len(exc.rejected))
+                if exc.report.points:
+                    self._lineage()
+                rejected = [self._rejected(k, n, exc.reasons.get(k, "")) for k, n in exc.rejected.items()]
+                return [GlobalWindows.windowed_value(v) for v in [*rejected, *written]]
             _abandon(stream)
+            _bundle_hook(self._target, "abort_bundle")
             # The runner retries the bundle; requests already acknowledged are re-sent with the
             # same idempotency keys, so a key-recording server stores them once.
             raise DeliveryError(
@@ -270,10 +319,23 @@ class WriteDoFn(beam.DoFn):
             ) from exc
         except BaseException:
             _abandon(stream)
+            _bundle_hook(self._target, "abort_bundle")
             raise
         stream.close()
         assert self._metrics is not None
         self._metrics.record(report, self._measured.take_samples())
+        if report.points:
+            self._lineage()
+        # Files written (WrittenFile) come out with the failed elements; WriteToNominal splits them.
+        return [GlobalWindows.windowed_value(f) for f in written] or None
+
+    def _rejected(self, key: Any, points: int, reason: str) -> FailedElement:
+        return FailedElement(
+            {"channel": key.channel, "tags": dict(key.tags), "points": points},
+            "RejectedSeries",
+            f"{points} points of series {key.describe()} were refused by {self._config.target!r} "
+            f"(dataset {self._config.dataset_rid!r}) for good: {reason}",
+        )
 
     def teardown(self) -> None:
         if self._stream is not None:
@@ -289,6 +351,12 @@ class WriteDoFn(beam.DoFn):
                 SHARED_TARGETS.release(target, key)
             except Exception:
                 _LOG.warning("WriteToNominal: closing the target failed", exc_info=True)
+
+
+def _bundle_hook(target: Any, name: str) -> Any:
+    """Call a target's bundle hook (``begin_bundle``, ``commit_bundle``, ``abort_bundle``) if it has one."""
+    hook = getattr(target, name, None)
+    return hook() if callable(hook) else None
 
 
 def _abandon(stream: Any) -> None:

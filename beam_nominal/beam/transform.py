@@ -24,11 +24,13 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 from apache_beam.pvalue import PCollection
 from apache_beam.transforms.util import GroupIntoBatches
+from apache_beam.transforms.window import FixedWindows, GlobalWindows, Sessions, SlidingWindows
 
 from beam_nominal._pipeline.staging import PointBatch
 from beam_nominal.beam._dofn import FAILED_TAG, SinkConfig, ToChunksDoFn, WriteChunksDoFn, WriteDoFn
 from beam_nominal.settings import resolve
 from beam_nominal.targets._factory import http_options
+from beam_nominal.targets.avro_prefix import AvroPrefixTarget, WrittenFile, is_prefix
 
 __all__ = ["DEFAULT_LOCAL_DATASET", "WriteToNominal", "WriteToNominalResult", "embedded_server"]
 
@@ -59,9 +61,14 @@ class WriteToNominalResult(NamedTuple):
         failed: a PCollection of :class:`~beam_nominal.beam.FailedElement` ``(element, error,
             reason)``: elements that could not be written (no channel, bad timestamp, a value
             whose type conflicts with its series, an unsupported value ...).
+        files: with an Avro prefix target (``"gs://bucket/dir/"``, ``"/local/dir/"``), a
+            PCollection of :class:`~beam_nominal.targets.avro_prefix.WrittenFile` ``(path,
+            dataset_rid, series, points, bytes, min_timestamp, max_timestamp)``, one per file
+            made visible, in the global window; None for other targets.
     """
 
     failed: PCollection[Any]
+    files: PCollection[Any] | None = None
 
 
 _servers_lock = threading.Lock()
@@ -103,6 +110,16 @@ def _identity(kv: tuple[str, Any]) -> tuple[str, Any]:
     return kv
 
 
+def _windows_per_element(pcoll: PCollection[Any]) -> int | None:
+    """How many windows the input's WindowFn puts an element in: 1, more, or ``None`` if unknown."""
+    windowfn = pcoll.windowing.windowfn
+    if isinstance(windowfn, (GlobalWindows, FixedWindows, Sessions)):
+        return 1
+    if isinstance(windowfn, SlidingWindows):
+        return -(-windowfn.size.micros // windowfn.period.micros)
+    return None
+
+
 class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
     """Write telemetry elements to Nominal (or a Nominal-compatible server, or an Avro file).
 
@@ -132,9 +149,16 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         tags: tags added to every series (an element's own tags win on a clash).
         local_data_dir: data directory of the embedded server (default ``./nominal-data``).
         cross_bundle_batching: batch series chunks across bundles with
-            ``GroupIntoBatches.WithShardedKey`` (for streaming runners' one-element bundles).
+            ``GroupIntoBatches.WithShardedKey``, so streaming runners' small bundles do not each
+            become a request. ``None`` (default): on when the input PCollection is unbounded (a
+            streaming source), off when it is bounded (batch bundles are large; batching them
+            again only costs). See docs/benchmarks.md, "Small bundles".
         batch_size: chunks per batch with cross-bundle batching.
-        max_buffering_duration_secs: longest a chunk waits for its batch with cross-bundle batching.
+        max_buffering_duration_secs: longest a chunk waits for its batch with cross-bundle
+            batching: the latency it adds, at most (plus the runner's timer delay).
+        max_file_bytes: with an Avro prefix target, the size at which a file rolls over (default
+            256 MiB).
+        codec: with an Avro prefix target, ``"snappy"`` (default), ``"deflate"`` or ``"null"``.
         **settings: NominalStream settings (``max_request_bytes``, ``max_request_points``,
             ``max_in_flight``, ``max_buffered_bytes``, ``attempt_timeout``, ``max_attempts``,
             ...). ``linger`` is always disabled here.
@@ -154,9 +178,11 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         timestamp_field: str = "timestamp",
         tags: Mapping[str, str] | None = None,
         local_data_dir: str | os.PathLike[str] | None = None,
-        cross_bundle_batching: bool = False,
+        cross_bundle_batching: bool | None = None,
         batch_size: int = 1000,
         max_buffering_duration_secs: float = 5.0,
+        max_file_bytes: int | None = None,
+        codec: str | None = None,
         **settings: Any,
     ) -> None:
         super().__init__()
@@ -168,10 +194,13 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             raise ValueError("WriteToNominal needs dataset_rid when a target is given")
         # Checked here, not on a worker (and a URL with credentials must not reach display data).
         target_options = http_options(target, format, fallback_to_row)
+        target_options.update(_file_options(target, dataset_rid, max_file_bytes, codec))
         if target is None and local_data_dir is None:
             local_data_dir = DEFAULT_LOCAL_DATA_DIR
         if not isinstance(timestamp_field, str) or not timestamp_field:
             raise ValueError(f"timestamp_field must be a non-empty string, got {timestamp_field!r}")
+        if cross_bundle_batching is not None and not isinstance(cross_bundle_batching, bool):
+            raise TypeError(f"cross_bundle_batching must be True, False or None, got {cross_bundle_batching!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         if max_buffering_duration_secs <= 0:
@@ -244,16 +273,73 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
 
     def expand(self, pcoll: PCollection[Any]) -> WriteToNominalResult:
         config = self._config(pcoll.pipeline)
-        if not self._cross_bundle:
-            # The write DoFn's only output is the failed elements (see _dofn.py).
-            return WriteToNominalResult(failed=pcoll | "Write" >> beam.ParDo(WriteDoFn(config)))
+        cross_bundle = self._cross_bundle
+        windows = _windows_per_element(pcoll)
+        if cross_bundle is None:
+            # Streaming sources' bundles are small (often one element), each a flush and a round
+            # trip; batch bundles are large already. Only for one window per element (below).
+            cross_bundle = not pcoll.is_bounded and windows == 1
+        elif cross_bundle and windows is not None and windows > 1:
+            # Its chunks are re-windowed into the global window, one copy per window the element
+            # is in: each point would be written that many times.
+            raise ValueError(
+                f"WriteToNominal: cross_bundle_batching=True with {type(pcoll.windowing.windowfn).__name__} "
+                f"(each element in {windows} windows) would write every point {windows} times; write "
+                "before windowing into sliding windows, or leave cross_bundle_batching unset"
+            )
+        if not cross_bundle:
+            # The write DoFn's only output is the failed elements (see _dofn.py), and the files
+            # written with a prefix target.
+            return _split_files(pcoll | "Write" >> beam.ParDo(WriteDoFn(config)), self._target)
         chunks = pcoll | "ToChunks" >> beam.ParDo(ToChunksDoFn(config)).with_outputs(FAILED_TAG, main="chunks")
         batched = (
             chunks["chunks"]
             | "Typed" >> beam.Map(_identity).with_output_types(tuple[str, Any])
+            # GroupIntoBatches is stateful: runners drop elements of expired windows there (late
+            # data beyond the allowed lateness), and it flushes every key at every window's end.
+            # Chunks need no window (failures were output above, in their own), so batch globally.
+            | "Unwindowed" >> beam.WindowInto(GlobalWindows())
             | "Batch"
             >> GroupIntoBatches.WithShardedKey(self._batch_size, max_buffering_duration_secs=self._max_buffering)
         )
-        written = batched | "Write" >> beam.ParDo(WriteChunksDoFn(config))
-        failed = (chunks[FAILED_TAG], written) | "Failed" >> beam.Flatten()
-        return WriteToNominalResult(failed=failed)
+        written = _split_files(batched | "Write" >> beam.ParDo(WriteChunksDoFn(config)), self._target)
+        failed = (chunks[FAILED_TAG], written.failed) | "Failed" >> beam.Flatten()
+        return WriteToNominalResult(failed=failed, files=written.files)
+
+
+def _file_options(
+    target: Any, dataset_rid: str | None, max_file_bytes: int | None, codec: str | None
+) -> dict[str, Any]:
+    """The Avro prefix target's keywords, checked here rather than on every worker."""
+    options: dict[str, Any] = {}
+    if max_file_bytes is not None:
+        options["max_file_bytes"] = max_file_bytes
+    if codec is not None:
+        options["codec"] = codec
+    if options:
+        if not is_prefix(target):
+            raise ValueError(f"{', '.join(sorted(options))} applies to Avro prefix targets (ending in /) only")
+        AvroPrefixTarget(target, dataset_rid=dataset_rid or "", **options)  # raises on a bad value
+    return options
+
+
+def _is_written_file(x: Any) -> bool:
+    return isinstance(x, WrittenFile)
+
+
+def _is_not_written_file(x: Any) -> bool:
+    return not isinstance(x, WrittenFile)
+
+
+def _split_files(out: PCollection[Any], target: Any) -> WriteToNominalResult:
+    """The write DoFn's output as failed elements and, for a prefix target, files written.
+
+    One output split by type rather than tagged outputs: DaskRunner hands each consumer of a
+    tagged output every output of the ParDo (see _dofn.py).
+    """
+    if not is_prefix(target):
+        return WriteToNominalResult(failed=out)
+    return WriteToNominalResult(
+        failed=out | "OnlyFailed" >> beam.Filter(_is_not_written_file),
+        files=out | "Files" >> beam.Filter(_is_written_file),
+    )

@@ -44,21 +44,24 @@ def _busy(ds: _Dataset, types: Mapping[SeriesKey, ValueType], key: str | None, b
     """
     busy = key is not None and key in ds.pending_keys
     series, pending_types = ds.series, ds.pending_types
+    conflicts: dict[SeriesKey, str] = {}
     for skey, vt in types.items():
         stored = series.get(skey)
         if stored is not None:
             if stored.value_type is not vt:
-                i = next(i for i, b in enumerate(batches) if b.key == skey)
-                raise MalformedBatchError(
-                    i,
-                    skey.channel,
+                conflicts[skey] = (
                     f"value type {vt.value} conflicts with the stored type "
-                    f"{stored.value_type.value} of series {skey.describe()}",
+                    f"{stored.value_type.value} of series {skey.describe()}"
                 )
             continue
         pending = pending_types.get(skey)
         if pending is not None and pending[0] is not vt:
             busy = True
+    if conflicts:
+        # Name every refused batch, so the client can send the others again and report these.
+        rejected = {i: conflicts[b.key] for i, b in enumerate(batches) if b.key in conflicts}
+        first = min(rejected)
+        raise MalformedBatchError(first, batches[first].key.channel, rejected[first], rejected)
     return busy
 
 

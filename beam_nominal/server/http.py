@@ -251,12 +251,23 @@ def decompress_body(body: bytes, encoding: str, limit: int) -> bytes:
 class _Refused(Exception):
     """An answer other than 200, raised anywhere below the error middleware."""
 
-    def __init__(self, status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        detail: str,
+        headers: dict[str, str] | None = None,
+        rejected: dict[int, str] | None = None,
+    ) -> None:
         super().__init__(detail)
         self.status, self.error, self.detail, self.headers = status, error, detail, headers or {}
+        self.rejected = rejected or {}
 
     def response(self) -> web.Response:
-        return web.json_response({"error": self.error, "detail": self.detail}, status=self.status, headers=self.headers)
+        body: dict[str, object] = {"error": self.error, "detail": self.detail}
+        if self.rejected:
+            body["rejected_batches"] = _md.rejected_json(self.rejected)
+        return web.json_response(body, status=self.status, headers=self.headers)
 
 
 def _status_name(status: int) -> str:
@@ -553,4 +564,4 @@ def _refused(exc: Exception, what: str | None, rid: str | None = None) -> _Refus
     if refusal is None:
         raise exc
     headers = {"Retry-After": _RETRY_AFTER} if refusal.retryable else None
-    return _Refused(refusal.http_status, refusal.error, refusal.detail, headers)
+    return _Refused(refusal.http_status, refusal.error, refusal.detail, headers, refusal.rejected)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
+import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -157,6 +158,9 @@ def _abort_or_raise(
     refusal = classify_write_error(exc, what, rid)
     if refusal is None:
         raise exc
+    if refusal.rejected:
+        names = json.dumps(_md.rejected_json(refusal.rejected)).encode()
+        context.set_trailing_metadata(((_md.REJECTED_BATCHES, names),))
     context.abort(refusal.grpc_code, refusal.detail)
 
 
@@ -172,6 +176,8 @@ class WriteRefusal:
     error: str
     detail: str
     retryable: bool
+    #: Batches refused for good, by index (``_md.REJECTED_BATCHES``); empty when unknown.
+    rejected: dict[int, str] = dataclasses.field(default_factory=dict)
     #: Overrides of the code and status ``retryable`` implies.
     code: grpc.StatusCode | None = None
     status: int | None = None
@@ -201,7 +207,9 @@ def classify_write_error(exc: Exception, what: str | None, rid: str | None = Non
         return WriteRefusal(
             "idempotency_key_reused", str(exc), retryable=False, code=grpc.StatusCode.ALREADY_EXISTS, status=422
         )
-    if isinstance(exc, MalformedBatchError | InvalidRequestError):
+    if isinstance(exc, MalformedBatchError):
+        return WriteRefusal("invalid_request", str(exc), retryable=False, rejected=exc.rejected)
+    if isinstance(exc, InvalidRequestError):
         return WriteRefusal("invalid_request", str(exc), retryable=False)
     if what is not None and isinstance(exc, DecodeError | ValueError | OverflowError):
         return WriteRefusal("malformed_request", f"not a valid {what}: {exc}", retryable=False)

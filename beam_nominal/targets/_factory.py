@@ -53,6 +53,10 @@ def target_from_url(
     - a ``file://`` URL, or a path ending in ``.avro``: an
       :class:`~beam_nominal.targets.avro.AvroFileTarget` recording ``dataset_rid``, given
       ``kwargs`` (``codec``, ``overwrite``).
+    - a prefix ending in ``/`` (a local directory, ``file:///dir/``, ``gs://bucket/dir/`` or any
+      filesystem ``apache_beam.io.filesystems`` knows): an
+      :class:`~beam_nominal.targets.avro_prefix.AvroPrefixTarget` writing new Avro stream files
+      there for ``dataset_rid``, given ``kwargs`` (``codec``, ``max_file_bytes``, ``integers``).
     - an object with ``send`` and ``close``: returned unchanged.
 
     Raises:
@@ -62,8 +66,7 @@ def target_from_url(
         return url_or_path
     if not isinstance(url_or_path, (str, os.PathLike)):
         raise ValueError(
-            f"target must be a URL, a path or an object with send() and close(), "
-            f"got {type(url_or_path).__name__}"
+            f"target must be a URL, a path or an object with send() and close(), got {type(url_or_path).__name__}"
         )
     text = os.fspath(url_or_path)
     scheme = text.split("://", 1)[0].lower() if "://" in text else ""
@@ -72,6 +75,12 @@ def target_from_url(
 
         return HttpTarget(text, dataset_rid=dataset_rid, token=token, **kwargs)
     http_options(text, kwargs.pop("format", None), kwargs.pop("fallback_to_row", False))
+    if text.endswith("/") and scheme not in ("grpc", "grpcs"):
+        from beam_nominal.targets.avro_prefix import AvroPrefixTarget
+
+        if dataset_rid is None:
+            raise ValueError(f"an Avro prefix target ({text!r}) needs dataset_rid: every file records it")
+        return AvroPrefixTarget(text, dataset_rid=dataset_rid, **kwargs)
     if scheme in ("grpc", "grpcs"):
         # Imported here so Avro-only users never load grpc.
         from beam_nominal.targets.grpc import GrpcTarget
@@ -84,5 +93,6 @@ def target_from_url(
         return AvroFileTarget(text, dataset_rid=dataset_rid, **kwargs)
     raise ValueError(
         f"cannot tell what target {text!r} is: use Nominal's base URL https://host/api (or http://), "
-        "grpc://host:port, grpcs://host[:port], a path ending in .avro, a file:// URL, or a target object"
+        "grpc://host:port, grpcs://host[:port], a path ending in .avro, a file:// URL, a prefix ending in / "
+        "(local directory, gs://bucket/dir/ ...) for Avro files, or a target object"
     )

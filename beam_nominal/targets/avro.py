@@ -224,6 +224,42 @@ def _drop_cached(fd: int, start: int, end: int) -> None:
 _FADVISE = getattr(os, "posix_fadvise", None)
 
 
+def block_parts(batches: Iterable[SeriesBatch], integers: str, codec: str, sync: bytes) -> tuple[list[Any], int]:
+    """One Avro block (count, size, data, ``sync``) holding a record per non-empty batch.
+
+    Returns:
+        The block as buffers to write in order (they live in this thread's scratch buffers, valid
+        until the thread's next block; empty when no batch has points) and its number of points.
+
+    Raises:
+        TargetError: permanent; a value Avro cannot hold (see the module docs).
+    """
+    scratch = thread_scratch()
+    try:
+        data, records, points = encode_records(batches, integers, scratch)
+    except BatchError as err:
+        b, exc = err.batch, err.cause
+        if isinstance(exc, NotRepresentable):
+            raise TargetError(
+                f"batches[{err.index}] series {b.key.describe()}: {exc}", retryable=False, code=exc.code
+            ) from None
+        raise TargetError(
+            f"batches[{err.index}] series {b.key.describe()} ({b.value_type.value}) is not writable as Avro: {exc}",
+            retryable=False,
+            code="invalid_request",
+        ) from None
+    if not records:
+        return [], 0
+    body = _compress(codec, data, scratch)
+    size = sum(len(p) for p in body)
+    return [long_bytes(records) + long_bytes(size), *body, sync], points
+
+
+def header_bytes(codec: str, dataset_rid: str | None, sync: bytes) -> bytes:
+    """An Avro stream file's header: magic, metadata (schema, codec, dataset rid) and ``sync``."""
+    return _header(codec, dataset_rid, sync)
+
+
 def _pwritev(fd: int, views: list[memoryview], offset: int) -> int:
     if hasattr(os, "pwritev"):
         return os.pwritev(fd, views, offset)
@@ -291,9 +327,7 @@ class AvroFileTarget:
                 try:
                     fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    raise OSError(
-                        errno.EBUSY, f"Avro file {self._path} is being written by another writer"
-                    ) from None
+                    raise OSError(errno.EBUSY, f"Avro file {self._path} is being written by another writer") from None
             if exists:
                 # Anything past the last whole block was already refused by _scan_existing.
                 self._size = valid_end
@@ -388,26 +422,7 @@ class AvroFileTarget:
 
     def _block_parts(self, batches: Iterable[SeriesBatch]) -> tuple[list[Any], int]:
         """The block as buffers to write in order; they live in this thread's scratch buffers."""
-        scratch = thread_scratch()
-        try:
-            data, records, points = encode_records(batches, self._integers, scratch)
-        except BatchError as err:
-            b, exc = err.batch, err.cause
-            if isinstance(exc, NotRepresentable):
-                raise TargetError(
-                    f"batches[{err.index}] series {b.key.describe()}: {exc}", retryable=False, code=exc.code
-                ) from None
-            raise TargetError(
-                f"batches[{err.index}] series {b.key.describe()} ({b.value_type.value}) is not writable as "
-                f"Avro: {exc}",
-                retryable=False,
-                code="invalid_request",
-            ) from None
-        if not records:
-            return [], 0
-        body = _compress(self._codec, data, scratch)
-        size = sum(len(p) for p in body)
-        return [long_bytes(records) + long_bytes(size), *body, self._sync], points
+        return block_parts(batches, self._integers, self._codec, self._sync)
 
     def send(self, request: Request, timeout: float | None = None) -> None:
         """Append the request as one block and fsync it.
@@ -580,4 +595,3 @@ def read_avro_file(path: str | os.PathLike[str]) -> dict[SeriesKey, AvroSeries]:
         ts.extend(rec["timestamps"])
         vals.extend(_unwrap(v) for v in rec["values"])
     return {k: AvroSeries(np.array(ts, dtype=np.int64), vals) for k, (ts, vals) in out.items()}
-

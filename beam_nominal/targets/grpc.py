@@ -119,9 +119,7 @@ class GrpcTarget:
         try:
             auth = self._auth()
         except Exception as exc:
-            raise TargetError(
-                f"token callable failed: {type(exc).__name__}", retryable=True, code="TOKEN"
-            ) from None
+            raise TargetError(f"token callable failed: {type(exc).__name__}", retryable=True, code="TOKEN") from None
         if auth is not None:
             md.append((metadata.AUTHORIZATION, auth))
         try:
@@ -135,7 +133,10 @@ class GrpcTarget:
                     f"over HTTP, use target={self.http_hint!r}"
                 )
             raise TargetError(
-                f"{self.url}: {code.name}: {details}", retryable=code in _RETRYABLE, code=code.name
+                f"{self.url}: {code.name}: {details}",
+                retryable=code in _RETRYABLE,
+                code=code.name,
+                rejected=_rejected(exc),
             ) from None
         except ValueError as exc:  # the channel was closed under us
             raise TargetError(f"{self.url}: {exc}", retryable=False, code="CLOSED") from None
@@ -147,3 +148,12 @@ class GrpcTarget:
                 return
             self._closed = True
         self._channel.close()
+
+
+def _rejected(exc: grpc.RpcError) -> dict[int, str]:
+    """The batches a local server named as refused for good (``metadata.REJECTED_BATCHES``)."""
+    trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    for item in trailing or ():
+        if item.key == metadata.REJECTED_BATCHES:
+            return metadata.parse_rejected(item.value)
+    return {}

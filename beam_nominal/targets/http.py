@@ -21,6 +21,7 @@ threads. Retrying is the uploader's job; this module only classifies each answer
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import math
 import os
@@ -51,6 +52,8 @@ _RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 _NO_COLUMNAR_STATUS = frozenset({404, 415})
 #: Longest part of an error response quoted in an error message.
 _MAX_QUOTED = 500
+#: Most of an answer read: a local server's refusal names its rejected batches in the body.
+_MAX_ANSWER = 1 << 20
 #: zstd's fastest regular level: on our row bodies (random doubles, and a smooth noisy signal)
 #: level -1 compressed 1.3x and 1.02x faster than Nominal's clients' level 1, to a 3% and 24%
 #: *smaller* body (docs/benchmarks.md, "HTTP"); every zstd decoder reads it.
@@ -257,7 +260,8 @@ class HttpTarget:
                 code="DATASET",
             )
         form = self._format
-        status, text, headers = self._post(request, form, timeout)
+        status, answer, headers = self._post(request, form, timeout)
+        text = answer[:_MAX_QUOTED]
         if status in _NO_COLUMNAR_STATUS and form == "columnar":
             if not self._fallback_to_row:
                 raise TargetError(
@@ -276,7 +280,8 @@ class HttpTarget:
                     )
                     self._format = "row"
             form = "row"
-            status, text, headers = self._post(request, form, timeout)
+            status, answer, headers = self._post(request, form, timeout)
+            text = answer[:_MAX_QUOTED]
         if 200 <= status < 300:
             return
         where = f"{self._urls[form]}: HTTP {status}"
@@ -302,7 +307,7 @@ class HttpTarget:
                 retryable=False,
                 code=f"HTTP {status}",
             )
-        raise TargetError(f"{where}: {text}", retryable=False, code=f"HTTP {status}")
+        raise TargetError(f"{where}: {text}", retryable=False, code=f"HTTP {status}", rejected=_rejected(answer))
 
     def _post(self, request: Request, form: str, timeout: float | None) -> tuple[int, str, Any]:
         if self._closed:
@@ -349,13 +354,13 @@ class HttpTarget:
 
     @staticmethod
     def _read_answer(resp: Any, deadline: float | None) -> str:
-        """The first bytes of the answer (for error messages), read before ``deadline``; a body
+        """The first bytes of the answer (for errors), read before ``deadline``; a body
         that is late or long gets its connection closed instead of waited for. The status is
         what counts: the server has decided by the time it sends one."""
         data = b""
         try:
-            while len(data) < _MAX_QUOTED and (deadline is None or time.monotonic() < deadline):
-                chunk = resp.read1(_MAX_QUOTED - len(data))
+            while len(data) < _MAX_ANSWER and (deadline is None or time.monotonic() < deadline):
+                chunk = resp.read1(_MAX_ANSWER - len(data))
                 if not chunk:
                     break
                 data += chunk
@@ -363,7 +368,7 @@ class HttpTarget:
                 resp.close()
         except (urllib3.exceptions.HTTPError, OSError):
             resp.close()
-        return data[:_MAX_QUOTED].decode("utf-8", "replace").strip()
+        return data[:_MAX_ANSWER].decode("utf-8", "replace").strip()
 
     def close(self) -> None:
         """Close the connection pool; idempotent."""
@@ -372,3 +377,12 @@ class HttpTarget:
                 return
             self._closed = True
         self._pool.clear()
+
+
+def _rejected(text: str) -> dict[int, str]:
+    """The batches a local server's JSON error body names as refused for good."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return {}
+    return metadata.parse_rejected(body.get("rejected_batches")) if isinstance(body, dict) else {}

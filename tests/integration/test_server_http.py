@@ -684,7 +684,15 @@ class Serve:
             if limit_address_space is not None:
                 resource.setrlimit(resource.RLIMIT_AS, (limit_address_space, limit_address_space))
 
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=limit)
+        # preexec_fn only when needed: it makes Popen fork (not spawn) and run Python in the child
+        # while this process's gRPC threads run, which now and then kills the child before exec.
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=limit if limit_address_space is not None else None,
+        )
         assert self.proc.stdout is not None
         self.line = self.proc.stdout.readline()
         m = self.READY.fullmatch(self.line)

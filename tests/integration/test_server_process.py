@@ -212,6 +212,27 @@ def test_token_from_environment_is_enforced_and_never_printed(data_dir: Path, pr
     assert LocalStore(data_dir).series_info(RID, "tok", {"unit": "V"}).count == 3
 
 
+def test_token_from_a_file_is_enforced_and_stays_out_of_the_command_line(
+    tmp_path: Path, data_dir: Path, procs: list[Serve]
+) -> None:
+    token = "tok-file-51c2"
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    server = Serve(data_dir, "--token-file", str(token_file))
+    procs.append(server)
+    assert all(token not in arg for arg in server.proc.args)  # what ps shows
+    ch = channel_for(server.target)
+    call = ch.unary_unary(md.WRITE_COLUMN_BATCHES)
+    with pytest.raises(grpc.RpcError) as err:
+        call(request("tok", 3, 0.0), metadata=[(md.AUTHORIZATION, "Bearer wrong")], timeout=30)
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    call(request("tok", 3, 0.0), metadata=[(md.AUTHORIZATION, f"Bearer {token}")], timeout=30)
+    ch.close()
+    server.proc.terminate()
+    assert server.proc.wait(30) == 0
+    assert LocalStore(data_dir).series_info(RID, "tok", {"unit": "V"}).count == 3
+
+
 def test_busy_port_fails_with_a_message(data_dir: Path, procs: list[Serve]) -> None:
     server = Serve(data_dir)
     procs.append(server)

@@ -144,3 +144,54 @@ def test_a_target_may_prefer_a_request_size_and_a_keyword_overrides_it() -> None
     with NominalStream(target, dataset_rid="ri.x.1", linger=None, max_request_bytes=1 << 20) as s:
         s.enqueue_batch("a", np.arange(20_000), np.ones(20_000))
     assert len(target.acked) == 1
+
+
+def _deliver_through_outage(outage: float, jitter_draw: float) -> Outcome:
+    """One request under default settings against a target that is down for ``outage`` seconds
+    of an injected clock (which the backoff sleeps advance)."""
+    now = [0.0]
+
+    def sleep(d: float) -> bool:
+        now[0] += d
+        return False
+
+    def down(request: Request, attempt: int) -> TargetError | None:
+        if now[0] < outage:
+            return TargetError("connection refused", retryable=True, code="UNAVAILABLE")
+        return None
+
+    up = Uploader(
+        RecordingTarget(down),
+        UploadSettings(),
+        RetrySettings(),
+        lambda r, o: None,
+        clock=lambda: now[0],
+        rand=lambda: jitter_draw,
+        sleep=sleep,
+    )
+    return up._deliver(Request("ri.x.1", []))
+
+
+@pytest.mark.parametrize(("outage", "delivered"), [(10.0, True), (60.0, True), (100.0, True), (130.0, False)])
+@pytest.mark.parametrize("jitter_draw", [0.0, 0.999])
+def test_default_retries_ride_out_outages_by_time_not_by_attempt_count(
+    outage: float, delivered: bool, jitter_draw: float
+) -> None:
+    """Defaults (issue 11, defect 6): 8 attempts from 0.1 s gave up after 8-13 s of outage; the
+    time bound (120 s) now decides, with the worst jitter either way."""
+    outcome = _deliver_through_outage(outage, jitter_draw)
+    assert outcome.acknowledged is delivered, outcome
+    if not delivered:
+        assert "120.0s retry budget" in outcome.reason
+
+
+def test_retry_settings_need_a_bound_and_an_attempt_cap_is_still_honoured() -> None:
+    with pytest.raises(ValueError, match="retry for ever"):
+        RetrySettings(max_attempts=None, total_timeout=None)
+    assert RetrySettings().max_attempts is None and RetrySettings().total_timeout == 120.0
+    target = RecordingTarget(unavailable(10))
+    up = Uploader(
+        target, UploadSettings(), RetrySettings(max_attempts=3, initial_backoff=0.0, max_backoff=0.0), lambda r, o: None
+    )
+    outcome = up._deliver(Request("ri.x.1", []))
+    assert not outcome.acknowledged and "gave up after 3 attempts" in outcome.reason

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import sys
 import threading
 import warnings
 
@@ -68,15 +69,17 @@ def test_delivery_failure_while_an_exception_propagates_is_attached_as_a_note() 
     assert any("1 points of 1 series were not delivered" in n for n in info.value.__notes__)
 
 
-def test_dropped_stream_drains_and_warns() -> None:
+def test_dropped_stream_drains_and_warns(caplog: pytest.LogCaptureFixture) -> None:
     target = RecordingTarget()
     s = NominalStream(target, dataset_rid="ri.x.1", linger=0.5)
     s.enqueue("a", 1, 1.0)
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level("WARNING", logger="beam_nominal.stream"):
         warnings.simplefilter("always")
         del s
         gc.collect()
     assert any(issubclass(w.category, ResourceWarning) for w in caught)
+    # Python's default filters hide ResourceWarning; the log shows it (issue 11, defect 7).
+    assert any("dropped without close()" in r.getMessage() for r in caplog.records)
     assert target.points() == {SeriesKey("a"): [(1, 1.0)]}
 
 
@@ -96,6 +99,97 @@ def test_sigint_stops_writes_drains_then_raises_and_restores_the_handler() -> No
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     with pytest.raises(StreamClosedError):
         s.enqueue("a", 2, 2.0)
+
+
+def _interrupt_main_when(event: threading.Event, times: int = 1, between: threading.Event | None = None) -> None:
+    """From a helper thread: once ``event`` is set, send SIGINT to this process ``times`` times
+    (waiting for ``between`` after the first, so the signals do not coalesce)."""
+
+    def run() -> None:
+        assert event.wait(10)
+        os.kill(os.getpid(), signal.SIGINT)
+        if times > 1:
+            assert between is not None and between.wait(10)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+def _needs_main_thread_and_default_handler() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("needs the main thread")
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("another SIGINT handler is installed")
+
+
+def test_sigint_while_flush_waits_on_a_hung_target_interrupts_the_wait() -> None:
+    _needs_main_thread_and_default_handler()
+    target = BlockingTarget()
+    s = NominalStream(target, dataset_rid="ri.x.1", linger=None, max_attempts=1)
+    s.enqueue("a", 1, 1.0)
+    _interrupt_main_when(target.entered)
+    with pytest.raises(KeyboardInterrupt):
+        s.flush()  # no timeout: before the fix only the signal could end it, and it was deferred
+    assert s.state is StreamState.CLOSING
+    target.release.set()
+    assert s.close().points == 1  # the interrupted stream still drains what it buffered
+    assert target.points() == {SeriesKey("a"): [(1, 1.0)]}
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_sigint_during_close_drains_then_raises_and_a_second_one_cuts_the_drain() -> None:
+    _needs_main_thread_and_default_handler()
+    target = BlockingTarget()
+    s = NominalStream(target, dataset_rid="ri.x.1", linger=None, max_attempts=1)
+    s.enqueue("a", 1, 1.0)
+    first_seen = threading.Event()
+    core = s._core
+    mark = core.mark_interrupted
+
+    def marked() -> None:
+        mark()
+        first_seen.set()
+
+    core.mark_interrupted = marked  # type: ignore[method-assign]
+    _interrupt_main_when(target.entered, times=2, between=first_seen)
+    with pytest.raises(KeyboardInterrupt) as info:
+        s.close(timeout=None)  # unbounded: only the second Ctrl+C ends it
+    assert isinstance(info.value.__cause__, DeliveryError)
+    assert "interrupted by Ctrl+C" in str(info.value.__cause__)
+    assert info.value.__cause__.undelivered == {SeriesKey("a"): 1}
+    assert s.state is StreamState.FAILED
+    target.release.set()
+
+
+def test_sigint_inside_stream_code_is_deferred_to_the_next_write() -> None:
+    _needs_main_thread_and_default_handler()
+    target = RecordingTarget()
+    s = NominalStream(target, dataset_rid="ri.x.1", linger=None)
+    s.enqueue("a", 1, 1.0)
+    # What the handler does when the interrupt lands inside the stream: mark, raise nothing.
+    s._core.mark_interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        s.enqueue("a", 2, 2.0)
+    with pytest.raises(StreamClosedError):
+        s.enqueue("a", 3, 3.0)
+    assert s.close().points == 1
+    assert target.points() == {SeriesKey("a"): [(1, 1.0)]}
+
+
+def test_the_handler_defers_only_inside_stream_modules() -> None:
+    from beam_nominal._pipeline import interrupt
+
+    assert not interrupt._in_stateful_code(sys._getframe())
+    seen: list[bool] = []
+
+    class Probe(RecordingTarget):
+        def send(self, request, timeout=None):  # type: ignore[no-untyped-def]
+            seen.append(interrupt._in_stateful_code(sys._getframe()))
+            super().send(request, timeout)
+
+    with NominalStream(Probe(), dataset_rid="ri.x.1", linger=None, max_in_flight=1) as s:
+        s.enqueue("a", 1, 1.0)
+    assert seen == [True]  # an uploader thread's stack runs through the stream's modules
 
 
 def test_sigint_handler_holds_no_strong_reference() -> None:

@@ -1,0 +1,106 @@
+"""A value type that conflicts with what the server already stores costs only its own series
+(issue 11, defect 2): the server names the refused batches, the client sends the rest again and
+reports the refused points, on every wire; under Beam they reach the failed output."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.testing.util import assert_that, equal_to
+
+from beam_nominal import NominalStream
+from beam_nominal.beam import WriteToNominal
+from beam_nominal.errors import DeliveryError
+from beam_nominal.model import SeriesKey
+from beam_nominal.server import LocalServer, LocalStore
+
+pytestmark = pytest.mark.timeout(120)
+
+WIRES = ["grpc", "http-row", "http-columnar"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("rejected")
+
+
+@pytest.fixture(scope="module")
+def server(data_dir: Path) -> Iterator[LocalServer]:
+    with LocalServer(data_dir, port=0, http_port=0) as srv:
+        yield srv
+
+
+def _target(srv: LocalServer, wire: str) -> tuple[str, dict[str, str]]:
+    if wire == "grpc":
+        return srv.target, {}
+    return srv.http_url, {"format": wire.removeprefix("http-")}
+
+
+def _values(store: LocalStore, rid: str, channel: str, tags: dict[str, str] | None = None) -> list[tuple[int, object]]:
+    table = store.read(rid, channel, tags)
+    return list(
+        zip(table.column("timestamp").cast("int64").to_pylist(), table.column("value").to_pylist(), strict=True)
+    )
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_type_conflict_with_the_stored_series_costs_only_that_series(
+    server: LocalServer, data_dir: Path, wire: str
+) -> None:
+    rid = f"ri.rejected.stream.{wire}"
+    url, kw = _target(server, wire)
+    with NominalStream(url, dataset_rid=rid, **kw) as job1:
+        job1.enqueue("temp", 1, 20.5)
+        job1.enqueue("label", 1, "ok")
+    job2 = NominalStream(url, dataset_rid=rid, max_attempts=3, **kw)
+    for i in range(500):
+        job2.enqueue("volts", 10 + i, float(i))
+        job2.enqueue("count", 10 + i, i, tags={"unit": "n"})
+    job2.enqueue("temp", 2, "n/a")  # stored as double: refused for good
+    job2.enqueue("label", 2, 7)  # stored as string: refused for good
+    with pytest.raises(DeliveryError) as info:
+        job2.close()
+    err = info.value
+    refused = {SeriesKey("temp"): 1, SeriesKey("label"): 1}
+    assert err.undelivered == refused and err.rejected == refused
+    assert "conflicts with the stored type double" in err.reasons[SeriesKey("temp")]
+    assert "conflicts with the stored type string" in err.reasons[SeriesKey("label")]
+    assert err.report.points == 1000 and err.report.failed_points == 2
+    store = LocalStore(data_dir)
+    assert _values(store, rid, "volts") == [(10 + i, float(i)) for i in range(500)]
+    assert _values(store, rid, "count", {"unit": "n"}) == [(10 + i, i) for i in range(500)]
+    assert _values(store, rid, "temp") == [(1, 20.5)]
+    assert _values(store, rid, "label") == [(1, "ok")]
+
+
+def test_a_request_of_only_refused_series_fails_with_the_server_reason(server: LocalServer) -> None:
+    rid = "ri.rejected.only"
+    with NominalStream(server.target, dataset_rid=rid) as job1:
+        job1.enqueue("temp", 1, 20.5)
+    job2 = NominalStream(server.target, dataset_rid=rid)
+    job2.enqueue("temp", 2, "n/a")
+    with pytest.raises(DeliveryError, match="conflicts with the stored type double") as info:
+        job2.close()
+    assert info.value.rejected == {SeriesKey("temp"): 1}
+
+
+def test_write_to_nominal_sends_refused_series_to_failed_and_lands_the_rest(
+    server: LocalServer, data_dir: Path
+) -> None:
+    rid = "ri.rejected.beam"
+    with NominalStream(server.target, dataset_rid=rid) as job1:
+        job1.enqueue("temp", 1, 20.5)
+    elements = [("volts", 10 + i, float(i)) for i in range(1000)] + [("temp", 2, "n/a"), ("temp", 3, "n/a")]
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        result = p | beam.Create(elements, reshuffle=False) | WriteToNominal(server.target, dataset_rid=rid)
+        shown = result.failed | beam.Map(
+            lambda f: (f.error, f.element, "conflicts with the stored type double" in f.reason)
+        )
+        assert_that(shown, equal_to([("RejectedSeries", {"channel": "temp", "tags": {}, "points": 2}, True)]))
+    store = LocalStore(data_dir)
+    assert _values(store, rid, "volts") == [(10 + i, float(i)) for i in range(1000)]
+    assert _values(store, rid, "temp") == [(1, 20.5)]
