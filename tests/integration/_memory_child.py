@@ -71,6 +71,14 @@ def main() -> None:
         time.sleep(0.05)
     blocked = producer.is_alive() and time.monotonic() - last_return[0] >= 1.0
     steady_peak = peak[0]
+    # What the stream's requests hold at this point: the columns and the encoded bodies it budgets.
+    import gc
+
+    from beam_nominal.targets.base import Request
+
+    alive = [o for o in gc.get_objects() if isinstance(o, Request)]
+    columns = sum(b.timestamps.nbytes + getattr(b.values, "nbytes", 0) for r in alive for b in r.batches)
+    encoded = sum(r.encoded_bytes for r in alive)
     t0 = time.monotonic()
     error = None
     try:
@@ -88,6 +96,9 @@ def main() -> None:
                 "blocked": blocked,
                 "close_seconds": close_s,
                 "error": error,
+                "requests_alive": len(alive),
+                "request_columns_bytes": columns,
+                "request_encoded_bytes": encoded,
             }
         ),
         flush=True,
