@@ -188,17 +188,50 @@ def _iso_ns(text: str) -> int:
         raise ValueError(
             f"timestamp string {text!r:.80} is not ISO-8601 with a timezone (e.g. 2024-01-02T03:04:05.123456789Z)"
         )
-    base = _dt.datetime.fromisoformat(f"{m['date']}T{m['h']}:{m['m']}:{m['s'] or '00'}").replace(
-        tzinfo=_dt.timezone.utc
-    )
+    try:
+        base = _dt.datetime.fromisoformat(f"{m['date']}T{m['h']}:{m['m']}:{m['s'] or '00'}").replace(
+            tzinfo=_dt.timezone.utc
+        )
+    except ValueError as exc:
+        raise ValueError(f"timestamp string {text!r:.80} is not a valid date and time: {exc}") from None
     tz = m["tz"]
     offset_s = 0
     if tz not in ("Z", "z"):
         sign = -1 if tz[0] == "-" else 1
         digits = tz[1:].replace(":", "")
-        offset_s = sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+        hours, minutes = int(digits[:2]), int(digits[2:])
+        # The regex takes any two digits; +99:99 or -2400 would shift the point by 100 h or a day.
+        if hours > 23 or minutes > 59:
+            raise ValueError(f"timestamp string {text!r:.80} has UTC offset {tz}, outside -23:59..+23:59")
+        offset_s = sign * (hours * 3600 + minutes * 60)
     frac = (m["frac"] or "").ljust(9, "0")
     return _datetime_ns(base) - offset_s * 10**9 + int(frac or 0)
+
+
+# Units finer than a nanosecond: how many make one.
+_SUB_NS_UNITS = {"ps": 10**3, "fs": 10**6, "as": 10**9}
+
+
+def _datetime64_ns(value: np.datetime64) -> int:
+    """A datetime64 of any unit in nanoseconds, exactly, in Python ints (no range check).
+
+    numpy's ``astype`` to ``datetime64[ns]`` wraps on overflow for every unit and truncates finer
+    ones, so it is used for none: months and years go through days (calendar-exact), sub-ns
+    units must be whole nanoseconds.
+    """
+    unit, count = np.datetime_data(value.dtype)
+    if unit in ("M", "Y"):
+        value = value.astype("datetime64[D]")
+        unit, count = "D", 1
+    raw = int(value.astype(np.int64)) * count
+    if unit in _NS_UNITS:
+        return raw * _NS_UNITS[unit]
+    if unit in _SUB_NS_UNITS:
+        ns, rest = divmod(raw, _SUB_NS_UNITS[unit])
+        if rest:
+            raise ValueError(f"timestamp {value!r:.80} is not a whole number of nanoseconds")
+        return ns
+    raise ValueError(f"timestamp {value!r:.80} has unsupported datetime64 unit {unit!r}")
 
 
 def timestamp_ns(value: Any) -> int:
@@ -225,12 +258,7 @@ def timestamp_ns(value: Any) -> int:
     if isinstance(value, np.datetime64):
         if np.isnat(value):
             raise ValueError("timestamp is NaT")
-        unit, count = np.datetime_data(value.dtype)
-        raw = int(value.astype(np.int64))
-        if unit in _NS_UNITS:
-            # Exact in Python ints, the unit's multiplier included (datetime64[10ms]).
-            return _check_range(raw * _NS_UNITS[unit] * count, value)
-        return _check_range(int(value.astype("datetime64[ns]").astype(np.int64)), value)
+        return _check_range(_datetime64_ns(value), value)
     # pandas.Timestamp is a datetime subclass carrying nanoseconds in .value; check it first.
     if type(value).__name__ == "Timestamp" and hasattr(value, "nanosecond") and hasattr(value, "value"):
         if value.tzinfo is None:
@@ -253,6 +281,9 @@ def timestamps_ns(values: Any) -> npt.NDArray[np.int64]:
     :func:`timestamp_ns`.
     """
     if isinstance(values, np.ndarray):
+        if values.ndim != 1:
+            # A 2-D int array would pass as nanoseconds and fail the whole request at encoding.
+            raise ValueError(f"timestamps must be 1-D, got an array of shape {values.shape}")
         if values.dtype.kind == "i":
             out = values.astype(np.int64, copy=False)
             if out.size and out.min() == _INT64_MIN:
@@ -269,18 +300,19 @@ def timestamps_ns(values: Any) -> npt.NDArray[np.int64]:
             unit, count = np.datetime_data(values.dtype)
             raw = values.view(np.int64)
             scale = _NS_UNITS.get(unit)
-            if scale is None or count != 1:
-                return np.array([timestamp_ns(v) for v in values], dtype=np.int64)
-            scale = scale * count
-            if scale == 1:
-                return raw
-            limit = _INT64_MAX // scale
-            if raw.size and (raw.max() > limit or raw.min() < -limit):
-                raise ValueError(f"timestamp outside the int64 nanosecond range ({unit} input)")
-            return raw * scale
-        if values.dtype.kind == "f":
+            if scale is not None and count == 1:
+                if scale == 1:
+                    return raw
+                limit = _INT64_MAX // scale
+                if raw.size and (raw.max() > limit or raw.min() < -limit):
+                    raise ValueError(f"timestamp outside the int64 nanosecond range ({unit} input)")
+                return raw * scale
+            # Calendar, sub-nanosecond and multiplied units: element by element, exactly (below).
+            values = list(values)
+        elif values.dtype.kind == "f":
             raise TypeError("float timestamps are ambiguous: give int nanoseconds or datetime64")
-        values = values.tolist()
+        else:
+            values = values.tolist()
     out = np.empty(len(values), dtype=np.int64)
     for i, v in enumerate(values):
         try:

@@ -139,6 +139,63 @@ def _value_array(vt: ValueType, batches: Sequence[SeriesBatch]) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), flat)
 
 
+def points_digest(batches: Sequence[SeriesBatch]) -> str:
+    """A digest of a request's points: what its commit file holds, in the file's order.
+
+    Of the points, not of the bytes, so a retry in another wire form or content encoding matches,
+    and a commit file read back (:func:`_commit_batches`) digests as the request it was written
+    from did: series in the commit's order (grouped by value type, first-seen type first, request
+    order within a type), empty batches left out as the commit leaves them out. Numeric values by
+    their bytes, so NaN payloads and -0.0 count; the rid and the source name are not points.
+    """
+    by_type: dict[ValueType, list[SeriesBatch]] = {}
+    for b in batches:
+        if len(b.timestamps):
+            by_type.setdefault(b.value_type, []).append(b)
+    h = hashlib.sha256()
+    for vt, group in by_type.items():
+        h.update(json.dumps([vt.value, [[b.key.channel, b.key.tags] for b in group]]).encode("ascii"))
+        stamps = [b.timestamps for b in group]
+        h.update(np.fromiter(map(len, stamps), dtype="<i8", count=len(stamps)).data)
+        h.update(np.concatenate(stamps, dtype="<i8", casting="unsafe").data)
+        parts = [b.values for b in group]
+        if vt.numpy_dtype is not None:
+            h.update(
+                np.concatenate(
+                    [np.asarray(p) for p in parts], dtype=vt.numpy_dtype.newbyteorder("<"), casting="unsafe"
+                ).data
+            )
+        elif vt is ValueType.DOUBLE_ARRAY:
+            # A list of rows and a (rows, width) matrix of the same rows digest alike.
+            rows = [np.ravel(r) for p in parts for r in p]
+            h.update(np.fromiter(map(len, rows), dtype="<i8", count=len(rows)).data)
+            if rows:
+                h.update(np.concatenate(rows, dtype="<f8", casting="unsafe").data)
+        else:
+            # JSON's quoting keeps item boundaries; ensure_ascii escapes even lone surrogates.
+            items = [[list(r) for r in p] for p in parts] if vt is ValueType.STRING_ARRAY else [list(p) for p in parts]
+            h.update(json.dumps(items).encode("ascii"))
+    return h.hexdigest()
+
+
+def _commit_batches(table: pa.Table, entries: Sequence[_Entry]) -> list[SeriesBatch]:
+    """A commit file's rows (``timestamp`` and every ``value_<type>`` column) as the batches of
+    its series, in file order: the request it was written from, less its empty batches."""
+    ts = table.column("timestamp").to_numpy()
+    out = []
+    for skey, vt, count, _lo, _hi, offset in entries:
+        column = table.column(_value_column(vt)).slice(offset, count)
+        values: Any
+        if vt.numpy_dtype is not None:
+            values = column.to_numpy()
+        elif vt is ValueType.DOUBLE_ARRAY:
+            values = [np.array(r, dtype=np.float64) for r in column.to_pylist()]
+        else:
+            values = column.to_pylist()
+        out.append(SeriesBatch(skey, vt, ts[offset : offset + count], values))
+    return out
+
+
 def _codes(items: list[Any]) -> tuple[list[Any], npt.NDArray[np.int32]]:
     """Distinct items in first-seen order, and each item's index among them."""
     distinct = list(dict.fromkeys(items))

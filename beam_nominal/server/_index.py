@@ -22,7 +22,15 @@ import pyarrow.parquet as pq
 
 from beam_nominal.model import SeriesKey, ValueType
 from beam_nominal.server._durable import _fsync_dir
-from beam_nominal.server._format import _COMMIT_RE, _COMMITS, _MANIFEST_KEY, _entries, _Entry
+from beam_nominal.server._format import (
+    _COMMIT_RE,
+    _COMMITS,
+    _MANIFEST_KEY,
+    _commit_batches,
+    _entries,
+    _Entry,
+    points_digest,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +135,11 @@ class _Dataset:
         self.root = root
         self.cond = threading.Condition()
         self.series: dict[SeriesKey, _Series] = {}
-        self.keys: set[str] = set()
+        # Stored idempotency keys, each with the commit that holds its request, and the points
+        # digests of those commits computed so far (only when a key comes again: retries are rare,
+        # so the write path never pays for a digest).
+        self.keys: dict[str, str] = {}
+        self.digests: dict[str, str] = {}
         self.commits: set[str] = set()
         self.next_seq = 1
         # Writes in progress: series type pins (type, number of writers) and idempotency keys.
@@ -161,7 +173,7 @@ class _Dataset:
         self.commits.add(name)
         self.next_seq = max(self.next_seq, seq + 1)
         if key is not None:
-            self.keys.add(key)
+            self.keys.setdefault(key, name)
         series = self.series
         for skey, vt, count, lo, hi, offset in entries:
             state = series.get(skey)
@@ -174,6 +186,24 @@ class _Dataset:
                 if hi > state.max_ts:
                     state.max_ts = hi
                 state.segments.append((seq, name, offset, count))
+
+    def stored_digest(self, key: str) -> str:
+        """The points digest of the commit that holds ``key`` (caller holds ``cond``).
+
+        Raises:
+            OSError: that commit file can no longer be read.
+        """
+        digest = self.digests.get(key)
+        if digest is None:
+            path = self.root / _COMMITS / self.keys[key]
+            try:
+                pf = pq.ParquetFile(path)
+                entries = _entries(json.loads((pf.metadata.metadata or {})[_MANIFEST_KEY.encode()]))
+                table = pf.read()
+            except (ValueError, KeyError, TypeError, pa.ArrowException) as exc:
+                raise OSError(f"commit {path.name} of key {key[:100]!r} is unreadable: {exc}") from exc
+            digest = self.digests[key] = points_digest(_commit_batches(table, entries))
+        return digest
 
     def refresh(self) -> None:
         """Load commits published since the last look (by this or another process)."""

@@ -4,7 +4,9 @@ Under the dataset's condition variable a writer checks its series types against 
 waits while a write of the same idempotency key, or one pinning a series type it disagrees with,
 is in progress (its outcome decides whether this one is a duplicate or a conflict), and then
 claims its key and pins its new series types until its commit is published or fails. A key
-already committed makes the request a duplicate: nothing is claimed or written.
+already committed makes the request a duplicate, nothing claimed or written, when its points are
+the stored request's (same points digest); other points under a stored key are refused
+(:class:`IdempotencyKeyReusedError`): storing nothing and answering OK would drop them silently.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from beam_nominal._wire.batch import MalformedBatchError, SeriesBatch
 from beam_nominal.model import SeriesKey, ValueType
+from beam_nominal.server._format import points_digest
 from beam_nominal.server._index import _Dataset
 
 #: Most bytes of refused-batch names (``_wire.metadata.rejected_json``) one refusal carries: gRPC
@@ -27,6 +30,22 @@ _MAX_NAMED_BYTES = 6 * 1024
 _MAX_REASON = 1024
 #: JSON framing of one named batch: ``{"batch": 123456, "reason": }, ``.
 _ENTRY_BYTES = 32
+
+
+class IdempotencyKeyReusedError(ValueError):
+    """A stored idempotency key sent again with other points; nothing of this request is stored.
+
+    Not retryable: the same request gets the same answer. The client must pick a new key for new
+    data (ours derive it from the body, so they never get this).
+    """
+
+    def __init__(self, key: str, rid: str) -> None:
+        super().__init__(
+            f"idempotency key {key[:100]!r} was already used in dataset {rid[:200]!r} for a request with "
+            "different points; nothing of this request was stored (a retry must send the same points; "
+            "new data needs a new key)"
+        )
+        self.key = key
 
 
 def _busy(ds: _Dataset, types: Mapping[SeriesKey, ValueType], key: str | None, batches: Sequence[SeriesBatch]) -> bool:
@@ -78,7 +97,11 @@ def _reserve(
 ) -> Iterator[bool]:
     """Claim the idempotency key and pin new series types for the duration of one write.
 
-    Yields False, claiming nothing, when the key is already stored.
+    Yields False, claiming nothing, when the key is already stored for the same points.
+
+    Raises:
+        IdempotencyKeyReusedError: the key is stored for other points.
+        MalformedBatchError: a type conflicting with a stored series.
     """
     new_pins: list[SeriesKey] = []
     with ds.cond:
@@ -94,6 +117,12 @@ def _reserve(
                     pinned = ds.pending_types.get(skey)
                     ds.pending_types[skey] = (vt, (pinned[1] if pinned else 0) + 1)
                     new_pins.append(skey)
+        if duplicate:
+            assert key is not None
+            # Under the lock, reading the stored commit back: only a key sent again pays, and
+            # rarely (a retry, or a client's mistake).
+            if ds.stored_digest(key) != points_digest(batches):
+                raise IdempotencyKeyReusedError(key, ds.rid)
     if duplicate:
         yield False
         return

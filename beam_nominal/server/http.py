@@ -20,7 +20,8 @@ and without it:
 A write takes ``Content-Type: application/x-protobuf`` (``application/octet-stream`` or none also
 do), a ``Content-Encoding`` from the list above (``x-snappy-framed`` is the snappy framing format),
 ``Authorization: Bearer <token>`` when the server has a token, and optionally ``Idempotency-Key``
-(or ``x-idempotency-key``): the same ledger as the gRPC API, so a retry is stored once.
+(or ``x-idempotency-key``): the same ledger as the gRPC API, so a retry is stored once. A key
+already stored for other points is refused (422 ``idempotency_key_reused``; gRPC ALREADY_EXISTS).
 
 Answers: 200 with an empty body once the request is durably stored (or its key already was).
 Anything else has a JSON body ``{"error": NAME, "detail": TEXT}``: 400 ``invalid_request`` /
@@ -28,7 +29,8 @@ Anything else has a JSON body ``{"error": NAME, "detail": TEXT}``: 400 ``invalid
 client cut short), 401 ``unauthorized``, 404 ``not_found``, 405 ``method_not_allowed``, 413
 ``too_large`` (the body, what it decompresses to, or its count of compressed frames past
 :data:`MAX_FRAMES`; a compression bomb is refused before it is expanded past the limit),
-415 ``unsupported_media_type`` / ``unsupported_content_encoding``, 503 ``unavailable`` /
+415 ``unsupported_media_type`` / ``unsupported_content_encoding``, 422 ``idempotency_key_reused``
+(a key stored for a request with other points: nothing stored, not retryable), 503 ``unavailable`` /
 ``storage_error`` with ``Retry-After`` (nothing stored; retry), 500 ``internal``. The decisions for
 decoding and commit errors are :func:`~beam_nominal.server.service.classify_write_error`'s, shared
 with the gRPC handlers.

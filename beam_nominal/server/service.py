@@ -26,6 +26,7 @@ from beam_nominal._wire._proto.beam_nominal.local.v1 import local_pb2, local_pb2
 from beam_nominal._wire._proto.nominal.channel_writer.v1 import nominal_channel_writer_pb2 as cw
 from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError
 from beam_nominal.model import ValueType
+from beam_nominal.server._ledger import IdempotencyKeyReusedError
 from beam_nominal.server.store import InvalidRequestError, LocalStore, SeriesInfo, StoppingError, _Committer
 
 __all__ = [
@@ -177,13 +178,20 @@ class WriteRefusal:
     retryable: bool
     #: Batches refused for good, by index (``_md.REJECTED_BATCHES``); empty when unknown.
     rejected: dict[int, str] = dataclasses.field(default_factory=dict)
+    #: Overrides of the code and status ``retryable`` implies.
+    code: grpc.StatusCode | None = None
+    status: int | None = None
 
     @property
     def grpc_code(self) -> grpc.StatusCode:
+        if self.code is not None:
+            return self.code
         return grpc.StatusCode.UNAVAILABLE if self.retryable else grpc.StatusCode.INVALID_ARGUMENT
 
     @property
     def http_status(self) -> int:
+        if self.status is not None:
+            return self.status
         return 503 if self.retryable else 400
 
 
@@ -193,6 +201,12 @@ def classify_write_error(exc: Exception, what: str | None, rid: str | None = Non
     None for anything else: a server fault, left to propagate. A storage error is logged here
     (with ``rid``), so each handler need not.
     """
+    if isinstance(exc, IdempotencyKeyReusedError):
+        # The answers the IETF Idempotency-Key draft and gRPC's status meanings give a key bound
+        # to another request: permanent for every client (none retries 422 or ALREADY_EXISTS).
+        return WriteRefusal(
+            "idempotency_key_reused", str(exc), retryable=False, code=grpc.StatusCode.ALREADY_EXISTS, status=422
+        )
     if isinstance(exc, MalformedBatchError):
         return WriteRefusal("invalid_request", str(exc), retryable=False, rejected=exc.rejected)
     if isinstance(exc, InvalidRequestError):

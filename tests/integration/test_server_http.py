@@ -449,12 +449,14 @@ def test_idempotency_key_stores_once(server: LocalServer) -> None:
     for header in ("Idempotency-Key", "x-idempotency-key", "Idempotency-Key"):
         assert post(server.http_port, columnar_path(), body, {header: "key-1"}).status == 200
     assert_stored(server.store, rid, CASES)
-    # The same ledger as gRPC: a gRPC write under the same key is taken as the retry it claims to be.
+    # The same ledger as gRPC: a gRPC write of other points under the same key is refused
+    # (tests/integration/test_idempotency_reuse.py has the rest), nothing of it stored.
     grpc_body = encode_request(rid, [SeriesBatch(SeriesKey("g"), ValueType.DOUBLE, np.array(TS), np.ones(4))])
-    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch, pytest.raises(grpc.RpcError) as info:
         ch.unary_unary(md.WRITE_COLUMN_BATCHES)(
             grpc_body, metadata=((md.AUTHORIZATION, f"Bearer {TOKEN}"), (md.IDEMPOTENCY_KEY, "key-1")), timeout=30
         )
+    assert info.value.code() is grpc.StatusCode.ALREADY_EXISTS
     assert_stored(server.store, rid, CASES)
     # Another key is another request: stored again.
     assert post(server.http_port, columnar_path(), body, {"Idempotency-Key": "key-2"}).status == 200

@@ -1,0 +1,119 @@
+"""Bounded resources, measured in a child process (tests/integration/_memory_child.py):
+
+- against a stalled server (a loopback proxy that accepts and then forwards nothing, so the
+  client's sends block in TCP as they would on a hung peer), the client's RSS stays under its
+  buffer cap plus a small constant and enqueue blocks;
+- against a stalled or a dead server (nothing listening), close ends within its timeout, raising
+  ``DeliveryError``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _proxy import FaultProxy
+
+from beam_nominal.server import LocalServer
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHILD = Path(__file__).resolve().parent / "_memory_child.py"
+RID = "ri.test.bounded"
+CAP = 32 << 20
+# The "small constant" the client may hold beyond its buffer cap: the batch being enqueued (2 MiB
+# of columns), thread stacks, interpreter and allocator slack.
+SLACK = 24 << 20
+CLOSE_TIMEOUT = 3.0
+
+
+def run_child(url: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, str(CHILD), url, RID, str(CAP), str(CLOSE_TIMEOUT)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.fixture
+def stalled(tmp_path: Path) -> Iterator[tuple[LocalServer, FaultProxy, FaultProxy]]:
+    with LocalServer(tmp_path / "data", http_port=0) as srv:
+        g, h = FaultProxy(srv.port, "grpc"), FaultProxy(srv.http_port, "http")
+        for p in (g, h):
+            p.stall(3600)
+        try:
+            yield srv, g, h
+        finally:
+            g.close()
+            h.close()
+
+
+def _stalled_run(stalled: tuple[LocalServer, FaultProxy, FaultProxy], wire: str) -> tuple[dict[str, Any], int]:
+    srv, g, h = stalled
+    url = f"grpc://127.0.0.1:{g.port}" if wire == "grpc" else f"http://127.0.0.1:{h.port}/api"
+    r = run_child(url)
+    growth = int(r["peak_rss"] - r["baseline_rss"])
+    print(
+        f"{wire}: RSS growth {growth / 2**20:.1f} MiB with a {CAP >> 20} MiB cap; "
+        f"enqueued {r['enqueued_bytes'] >> 20} MiB; close {r['close_seconds']:.2f} s"
+    )
+    assert r["blocked"], r
+    # It did buffer up to the cap (not blocked on something else early).
+    assert r["enqueued_bytes"] >= CAP // 2, r
+    assert r["error"] is not None and r["error"].startswith("DeliveryError"), r
+    assert r["close_seconds"] < CLOSE_TIMEOUT + 1.5, r
+    assert srv.store.list_series(RID) == []
+    return r, growth
+
+
+@pytest.mark.parametrize("wire", ["grpc", "http"])
+def test_stalled_server_memory_is_bounded_and_enqueue_blocks(
+    stalled: tuple[LocalServer, FaultProxy, FaultProxy], wire: str
+) -> None:
+    """What holds today: bounded, linear in the cap (measured 16-128 MiB caps: growth about
+    1.6 x cap + 27 MiB on gRPC, 1.3 x cap + 16 MiB on HTTP; benchmarks/stalled_memory.py)."""
+    r, growth = _stalled_run(stalled, wire)
+    assert growth < 2 * CAP + SLACK, r
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="client-side (reported): RSS grows ~1.3-1.6 x max_buffered_bytes, not cap + a constant. "
+    "The budget holds (the live requests hold the cap's worth of columns + encoded bodies); the "
+    "proportional excess is glibc keeping freed large buffers: with MALLOC_MMAP_THRESHOLD_=131072 "
+    "growth is ~cap + 40 MiB (benchmarks/stalled_memory.py --fixed-malloc)",
+)
+@pytest.mark.parametrize("wire", ["grpc", "http"])
+def test_stalled_server_memory_stays_under_the_cap_plus_a_constant(
+    stalled: tuple[LocalServer, FaultProxy, FaultProxy], wire: str
+) -> None:
+    r, growth = _stalled_run(stalled, wire)
+    assert growth < CAP + SLACK, r
+
+
+@pytest.mark.parametrize("wire", ["grpc", "http"])
+def test_close_against_a_dead_server_ends_within_its_timeout(wire: str) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # Nothing listens on the port now: every connection is refused.
+    url = f"grpc://127.0.0.1:{port}" if wire == "grpc" else f"http://127.0.0.1:{port}/api"
+    r = run_child(url)
+    print(f"{wire}: dead server, close {r['close_seconds']:.2f} s: {r['error']}")
+    assert r["error"] is not None and r["error"].startswith("DeliveryError"), r
+    assert r["close_seconds"] < CLOSE_TIMEOUT + 1.5, r
+    assert r["peak_rss"] - r["baseline_rss"] < 2 * CAP + SLACK, r
