@@ -131,7 +131,8 @@ class RetrySettings:
         _seconds("RetrySettings", "total_timeout", self.total_timeout, allow_none=True)
         if self.max_attempts is None and self.total_timeout is None:
             raise ValueError(
-                "RetrySettings needs a bound: max_attempts=None and total_timeout=None would retry for ever"
+                "RetrySettings(total_timeout=None) needs max_attempts=N (an attempt cap): with neither "
+                "bound a request would be retried for ever"
             )
 
     def backoff(self, retry: int, rand: float) -> float:

@@ -755,8 +755,14 @@ def _first_value(channel: str, value: Any) -> tuple[ValueType, Any]:
     if isinstance(value, Mapping):
         return ValueType.STRUCT, struct_json(channel, value)
     if isinstance(value, (list, tuple, np.ndarray)):
-        if isinstance(value, np.ndarray) and value.dtype.kind in "USO" and value.size:
-            return ValueType.STRING_ARRAY, string_row(channel, [str(v) for v in value.tolist()])
+        if isinstance(value, np.ndarray) and value.dtype.kind == "S":
+            raise ElementError("value", f"array value of channel {channel!r:.80} holds bytes: decode it to str")
+        if isinstance(value, np.ndarray) and value.dtype.kind in "UO" and value.size:
+            items = value.tolist()
+            if value.dtype.kind == "U" or all(isinstance(v, str) for v in items):
+                return ValueType.STRING_ARRAY, string_row(channel, items)
+            if any(isinstance(v, str) for v in items):
+                raise ElementError("value", f"array value of channel {channel!r:.80} mixes strings and other values")
         if len(value) and all(isinstance(v, str) for v in value):
             return ValueType.STRING_ARRAY, string_row(channel, value)
         if isinstance(value, np.ndarray) and value.ndim != 1:

@@ -189,6 +189,8 @@ def float_rows(channel: str, rows: Any) -> tuple[list[npt.NDArray[np.float64]], 
     if isinstance(rows, np.ndarray) and rows.ndim == 2:
         if rows.dtype.kind not in "fiu":
             raise TypeError(f"channel {channel!r}: double-array rows must be numeric, got dtype {rows.dtype}")
+        if rows.dtype.kind in "iu" and rows.size and (int(rows.max()) > _EXACT_INT or int(rows.min()) < -_EXACT_INT):
+            _check_exact_ints(channel, rows.ravel().tolist())
         arr = np.array(rows, dtype=np.float64, order="C")  # a copy: callers may reuse their array
         return list(arr), arr.size * 8 + 4 * len(arr)
     out = [float_array_row(channel, r) for r in rows]
@@ -216,16 +218,39 @@ def float_row(channel: str, row: Any) -> Any:
     """
     if type(row) is list:  # the common case, without the slower abstract-type checks
         try:
-            return _DoubleRow("d", row)
+            out = _DoubleRow("d", row)
         except (TypeError, ValueError, OverflowError) as exc:
             raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}") from None
+        # Two C passes prove every element within +-2**53, where ints are exact doubles; only a
+        # row that may hold a larger int (or starts with NaN) is looked at element by element.
+        if row and not (min(row) >= -_EXACT_INT and max(row) <= _EXACT_INT):
+            _check_exact_ints(channel, row)
+        return out
     return float_array_row(channel, row)
+
+
+#: Integers up to this magnitude are exact as doubles (a double array holds doubles).
+_EXACT_INT = 2**53
+
+
+def _check_exact_ints(channel: str, row: Sequence[Any]) -> None:
+    for v in row:
+        if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and abs(int(v)) > _EXACT_INT:
+            raise TypeError(
+                f"channel {channel!r}: integer {int(v)} in a double array is not exact as a double "
+                f"(beyond 2**53); send it as its own int64/uint64 series or as a float"
+            )
 
 
 def float_array_row(channel: str, row: Any) -> npt.NDArray[np.float64]:
     """One double-array value as a fresh 1-D float64 array (the caller may reuse its list)."""
     if isinstance(row, (str, bytes, Mapping)):
         raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers, got {row!r:.80}")
+    if isinstance(row, np.ndarray) and row.dtype.kind in "iu":
+        if row.size and (int(row.max()) > _EXACT_INT or int(row.min()) < -_EXACT_INT):
+            _check_exact_ints(channel, row.ravel().tolist())
+    elif not isinstance(row, (np.ndarray, _DoubleRow)):
+        _check_exact_ints(channel, row)
     try:
         arr = np.array(row, dtype=np.float64)
     except (TypeError, ValueError) as exc:

@@ -29,6 +29,19 @@ _RETRYABLE = frozenset(
 )
 
 
+#: gRPC reports a TLS setup that cannot succeed (plaintext server, certificate not trusted,
+#: wrong host name) as UNAVAILABLE, like a server that is down; retrying it would only wait out
+#: the retry budget. A handshake cut by a restarting server says "Socket closed" or the like,
+#: not these, and stays retryable. (HTTP classes certificate errors permanent the same way.)
+_TLS_FAILURES = ("SSL_ERROR_SSL", "CERTIFICATE_VERIFY_FAILED", "certificate verify failed")
+
+
+def _retryable(code: grpc.StatusCode, details: str) -> bool:
+    if code == grpc.StatusCode.UNAVAILABLE and any(m in details for m in _TLS_FAILURES):
+        return False
+    return code in _RETRYABLE
+
+
 def _identity(b: bytes) -> bytes:
     return b
 
@@ -134,7 +147,7 @@ class GrpcTarget:
                 )
             raise TargetError(
                 f"{self.url}: {code.name}: {details}",
-                retryable=code in _RETRYABLE,
+                retryable=_retryable(code, details),
                 code=code.name,
                 rejected=_rejected(exc),
             ) from None

@@ -91,11 +91,6 @@ def test_many_refused_series_in_one_grpc_request_cost_only_themselves(server: Lo
     assert _values(LocalStore(data_dir), rid, "good") == [(2, 5.0)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gRPC reports a failed TLS handshake as UNAVAILABLE, retried for the whole 120 s budget "
-    "(11 s with the old 8 attempts); HTTP classes a TLS error permanent",
-)
 def test_a_tls_handshake_failure_on_grpc_fails_fast(server: LocalServer) -> None:
     url = server.target.replace("grpc://", "grpcs://")  # the server speaks plaintext
     s = NominalStream(url, dataset_rid="ri.rejected.tls", token="t")

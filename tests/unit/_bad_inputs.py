@@ -408,6 +408,21 @@ def _cases() -> list[Case]:
         pa.table({"timestamp": [B, B + 1], "c99": [None, 1.0]}),
         d("c99", 1.0, B + 1),
     )
+    bad(
+        "array-object-mixed",
+        "array value: an object array mixing float and str",
+        ("c100", B, np.array([1.0, "a"], dtype=object)),
+        "ElementError",
+        "mixes strings",
+    )
+    bad(
+        "array-int-2p53",
+        "array value: an int beyond 2**53 in a double array",
+        ("c101", B, [1.0, 2**53 + 1]),
+        "TypeError",
+        "not exact as a double",
+    )
+    bad("array-bytes", "array value: a numpy bytes array", ("c102", B, np.array([b"x"])), "ElementError", "bytes")
     return out
 
 
