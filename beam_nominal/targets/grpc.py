@@ -147,7 +147,7 @@ class GrpcTarget:
                 )
             raise TargetError(
                 f"{self.url}: {code.name}: {details}",
-                retryable=_retryable(code, details),
+                retryable=_retryable(code, details or ""),
                 code=code.name,
                 rejected=_rejected(exc),
             ) from None
