@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import struct
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
-import numpy as np
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
@@ -43,16 +41,6 @@ def _catalogue() -> Any:
 cat = _catalogue()
 B = cat.B
 GOOD = [("good.f", B + i, i / 4 if i % 3 else -0.0) for i in range(200)] + [("good.n", B, math.nan)]
-
-
-def exact(v: Any) -> Any:
-    if isinstance(v, np.ndarray):
-        v = v.tolist()
-    if isinstance(v, list | tuple):
-        return tuple(exact(x) for x in v)
-    if isinstance(v, float):
-        return ("float", struct.pack("<d", v))
-    return (type(v).__name__, v)
 
 
 def _cases() -> list[Any]:
@@ -95,15 +83,15 @@ def test_catalogue_through_write_to_nominal(server: LocalServer) -> None:
     used = 0
     for c in cases:
         for _element, points in c.context:
-            want += [(ch, tuple(sorted(t.items())), vt, ts, exact(v)) for ch, t, vt, ts, v in points]
+            want += [(ch, tuple(sorted(t.items())), vt, ts, cat.exact(v)) for ch, t, vt, ts, v in points]
         if isinstance(c.outcome, cat.Stored):
-            want += [(ch, tuple(sorted(t.items())), vt, ts, exact(v)) for ch, t, vt, ts, v in c.outcome.points]
+            want += [(ch, tuple(sorted(t.items())), vt, ts, cat.exact(v)) for ch, t, vt, ts, v in c.outcome.points]
         used += 1
     goods = GOOD + [("good.tail", B, 1.0)] * max(0, used - len(GOOD))
-    want += [(ch, (), "double", ts, exact(v)) for ch, ts, v in goods]
+    want += [(ch, (), "double", ts, cat.exact(v)) for ch, ts, v in goods]
     got = []
     for key, table in LocalStore(server.store.data_dir).read_all(rid).items():
         vt = server.store.series_info(rid, key.channel, dict(key.tags)).value_type.value
         for ts, v in zip(table.column("timestamp").to_pylist(), table.column("value").to_pylist(), strict=True):
-            got.append((key.channel, key.tags, vt, ts, exact(v)))
+            got.append((key.channel, key.tags, vt, ts, cat.exact(v)))
     assert sorted(got) == sorted(want)

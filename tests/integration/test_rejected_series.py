@@ -1,9 +1,13 @@
 """A value type that conflicts with what the server already stores costs only its own series
 (issue 11, defect 2): the server names the refused batches, the client sends the rest again and
-reports the refused points, on every wire; under Beam they reach the failed output."""
+reports the refused points, on every wire; under Beam they reach the failed output. With a
+fallback target they land in the fallback as any finally refused request does; many of them in
+one request still cost only themselves (the server names as many as fit one answer, the client
+sends the rest again); a permanent TLS failure on gRPC fails fast."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -104,3 +108,88 @@ def test_write_to_nominal_sends_refused_series_to_failed_and_lands_the_rest(
     store = LocalStore(data_dir)
     assert _values(store, rid, "volts") == [(10 + i, float(i)) for i in range(1000)]
     assert _values(store, rid, "temp") == [(1, 20.5)]
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_with_a_fallback_the_refused_series_land_in_it_and_the_rest_on_the_server(
+    server: LocalServer, data_dir: Path, tmp_path: Path, wire: str
+) -> None:
+    from beam_nominal.targets.avro import read_avro_file
+
+    rid = f"ri.rejected.fallback.{wire}"
+    url, kw = _target(server, wire)
+    with NominalStream(url, dataset_rid=rid, **kw) as job1:
+        job1.enqueue("temp", 1, 20.5)
+    fb = tmp_path / "fallback.avro"
+    with NominalStream(url, dataset_rid=rid, fallback=fb, max_request_points=150, **kw) as job2:
+        for i in range(300):
+            job2.enqueue("volts", 10 + i, float(i))
+            job2.enqueue("temp", 10 + i, f"s{i}", tags=None)  # stored as double: refused for good
+        report = job2.flush()
+    # Before the fix: the refused points went nowhere and flush raised (failed_points == 300).
+    assert (report.points, report.fallback_points, report.failed_points) == (300, 300, 0)
+    assert report.ok
+    got = read_avro_file(fb)
+    assert set(got) == {SeriesKey("temp")}
+    assert got[SeriesKey("temp")].timestamps.tolist() == [10 + i for i in range(300)]
+    assert list(got[SeriesKey("temp")].values) == [f"s{i}" for i in range(300)]
+    store = LocalStore(data_dir)
+    assert _values(store, rid, "volts") == [(10 + i, float(i)) for i in range(300)]
+    assert _values(store, rid, "temp") == [(1, 20.5)]
+
+
+def test_many_refused_series_in_one_grpc_request_cost_only_themselves(server: LocalServer, data_dir: Path) -> None:
+    rid = "ri.rejected.many"
+    n = 300
+    with NominalStream(server.target, dataset_rid=rid) as job1:
+        for i in range(n):
+            job1.enqueue(f"channel_{i:04d}", 1, 1.0)
+    job2 = NominalStream(server.target, dataset_rid=rid, total_timeout=5)
+    for i in range(n):
+        job2.enqueue(f"channel_{i:04d}", 2, "text")  # every one conflicts with its stored double
+    job2.enqueue("good", 2, 5.0)
+    with pytest.raises(DeliveryError) as info:
+        job2.close()
+    # Before the fix: RESOURCE_EXHAUSTED (metadata over the client's 16 KiB limit), retried
+    # until total_timeout, and every point lost, "good" too.
+    assert info.value.rejected == {SeriesKey(f"channel_{i:04d}"): 1 for i in range(n)}
+    assert _values(LocalStore(data_dir), rid, "good") == [(2, 5.0)]
+
+
+def test_a_tls_handshake_failure_on_grpc_fails_fast(server: LocalServer) -> None:
+    url = server.target.replace("grpc://", "grpcs://")  # the server speaks plaintext
+    s = NominalStream(url, dataset_rid="ri.rejected.tls", token="t")
+    s.enqueue("a", 1, 1.0)
+    start = time.monotonic()
+    with pytest.raises(DeliveryError) as info:
+        s.close(timeout=8)
+    assert "close timed out" not in str(info.value), str(info.value)[:300]
+    assert time.monotonic() - start < 8
+
+
+def test_the_server_names_only_as_many_refused_batches_as_fit_one_answer() -> None:
+    import json
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from beam_nominal._wire import metadata
+    from beam_nominal._wire.batch import MalformedBatchError, SeriesBatch
+    from beam_nominal.model import ValueType
+    from beam_nominal.server import _ledger
+
+    n = 400
+    batches = [
+        SeriesBatch(SeriesKey(f"c{i}", (("k", "é" * 300),)), ValueType.STRING, np.array([2]), ["text"])
+        for i in range(n)
+    ]
+    stored = SimpleNamespace(
+        series={b.key: SimpleNamespace(value_type=ValueType.DOUBLE) for b in batches},
+        pending_keys=set(),
+        pending_types={},
+    )
+    with pytest.raises(MalformedBatchError) as named:
+        _ledger._busy(stored, {b.key: b.value_type for b in batches}, None, batches)  # type: ignore[arg-type]
+    rejected = named.value.rejected
+    assert 0 < len(rejected) < n and sorted(rejected) == list(range(len(rejected)))
+    assert len(json.dumps(metadata.rejected_json(rejected))) <= _ledger._MAX_NAMED_BYTES

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import struct
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -23,6 +24,18 @@ NAN_PAYLOAD = np.frombuffer(np.uint64(0x7FF0_0000_0000_0001).tobytes(), np.float
 # A point that read back: (channel, tags, value type, timestamp ns, value as the store reads it:
 # list for arrays, JSON text for structs).
 Point = tuple[str, dict[str, str], str, int, Any]
+
+
+def exact(v: Any) -> Any:
+    """A comparable form that tells -0.0 from 0.0 and NaN payloads apart, equates equal NaNs and
+    keeps int vs float."""
+    if isinstance(v, np.ndarray):
+        v = v.tolist()
+    if isinstance(v, list | tuple):
+        return tuple(exact(x) for x in v)
+    if isinstance(v, float):
+        return ("float", struct.pack("<d", v))
+    return (type(v).__name__, v)
 
 
 class Stored(NamedTuple):

@@ -11,13 +11,12 @@ its points; either way every good point around it is stored exactly and nothing 
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-from _bad_inputs import CASES, Case, Failed, Point
+from _bad_inputs import CASES, Case, Failed, Point, exact
 from _stream_fakes import RecordingTarget
 
 from beam_nominal.beam import FailedElement
@@ -34,17 +33,6 @@ GOOD_POINTS: list[Point] = (
     + [("good.f", {}, "double", B + 50 + i, -i / 8) for i in range(50)]
     + [("good.w", {}, "int64", B + 1, 7), ("good.wf", {}, "double", B + 1, math.inf)]
 )
-
-
-def exact(v: Any) -> Any:
-    """Tells -0.0 from 0.0 and NaN payloads apart, equates equal NaNs, keeps int vs float."""
-    if isinstance(v, np.ndarray):
-        v = v.tolist()
-    if isinstance(v, list | tuple):
-        return tuple(exact(x) for x in v)
-    if isinstance(v, float):
-        return ("float", struct.pack("<d", v))
-    return (type(v).__name__, v)
 
 
 def as_points(got: dict[Any, list[tuple[int, object]]]) -> list[tuple[Any, ...]]:
