@@ -224,3 +224,15 @@ def test_streaming_default_fails_a_type_clash_with_the_element_and_its_window(se
             | WriteToNominal(server.target, dataset_rid="ri.review2.stream")
         )
         assert_that(result.failed | beam.ParDo(_Seen()), equal_to([("tuple", 2.0, (0.0, 10.0))]))
+
+
+def test_the_summary_counts_the_rows_of_avro_inputs(server: LocalServer, tmp_path: Path) -> None:
+    # Reading Avro stream files back printed "rows 0" next to the points written.
+    out = tmp_path / "avro"
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        _ = p | beam.Create([("a", T0 + i, float(i)) for i in range(7)]) | WriteToNominal(f"{out}/", dataset_rid="ri.x")
+    argv = ["--input", f"{out}/*.avro", "--target", server.target, "--dataset-rid", "ri.review2.avro.rows", "--quiet"]
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        assert files_to_nominal.main(argv) == 0
+    assert "rows 7\n" in text.getvalue() and "points written 7 " in text.getvalue(), text.getvalue()
