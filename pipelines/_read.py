@@ -138,6 +138,7 @@ def _csv_arrow(f: Any, path: str, reopen: Callable[[], Any]) -> Generator[Rows, 
     header = _csv_header(reopen)
     if not header:
         return -1
+    _check_header(path, header)
     trouble: list[Any] = []
 
     def invalid(row: Any) -> str:
@@ -170,9 +171,34 @@ def _csv_arrow(f: Any, path: str, reopen: Callable[[], Any]) -> Generator[Rows, 
         columns = {name: batch.column(name) for name in batch.schema.names}
         if trouble or any(pc.any(pc.match_substring(c, "\n")).as_py() for c in columns.values()):
             return done
+        # pyarrow reads a blank line as a row of nulls (no invalid row): Python's csv skips it,
+        # and a trailing blank line is no bad row.
+        if batch.num_rows and _any_all_null(batch):
+            return done
         rows = np.arange(done + 1, done + batch.num_rows + 1, dtype=np.int64)
         done += batch.num_rows
         yield Rows(path, columns, rows, rows + 1, text=True)
+
+
+def _any_all_null(batch: Any) -> bool:
+    import pyarrow.compute as pc
+
+    null_counts = [c.null_count for c in batch.columns]
+    if min(null_counts) == 0:
+        return False
+    every = batch.column(0).is_null()
+    for c in batch.columns[1:]:
+        every = pc.and_(every, c.is_null())
+    return bool(pc.any(every).as_py())
+
+
+def _check_header(path: str, names: list[str]) -> None:
+    """A header naming a column twice is refused: which of the two a row's value is would be a guess."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"{path}: column {name!r} appears more than once in the header {names}")
+        seen.add(name)
 
 
 def _csv_python(f: Any, path: str, skip: int = 0) -> Iterator[Rows | BadRow]:
@@ -182,6 +208,7 @@ def _csv_python(f: Any, path: str, skip: int = 0) -> Iterator[Rows | BadRow]:
         header = next(reader)
     except StopIteration:
         return
+    _check_header(path, header)
     width = len(header)
     batch: list[list[str]] = []
     rows: list[int] = []
@@ -242,6 +269,11 @@ def jsonl_rows(f: Any, path: str) -> Iterator[Rows | BadRow]:
         if not isinstance(rec, dict):
             yield BadRow(path, n, line_no, None, f"a JSON {type(rec).__name__}, not an object", line[:500].decode())
             continue
+        if b"\\u" in line and _has_lone_surrogate(rec):
+            # "\ud800" is valid JSON but no text Nominal (or UTF-8) can hold.
+            raw = line[:500].decode("utf-8", "replace")
+            yield BadRow(path, n, line_no, None, "text with a lone surrogate escape (\\ud800-\\udfff)", raw)
+            continue
         records.append(rec)
         rows.append(n)
         lines.append(line_no)
@@ -250,6 +282,14 @@ def jsonl_rows(f: Any, path: str) -> Iterator[Rows | BadRow]:
             records, rows, lines = [], [], []
     if records:
         yield _json_rows(path, records, rows, lines)
+
+
+def _has_lone_surrogate(rec: Any) -> bool:
+    try:
+        json.dumps(rec, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _json_rows(path: str, records: list[dict[str, Any]], rows: list[int], lines: list[int]) -> Rows:
@@ -264,7 +304,9 @@ def parquet_rows(f: Any, path: str) -> Iterator[Rows]:
     import pyarrow.parquet as pq
 
     start = 0
-    for batch in pq.ParquetFile(f).iter_batches(batch_size=BATCH_ROWS):
+    pf = pq.ParquetFile(f)
+    _check_header(path, pf.schema_arrow.names)
+    for batch in pf.iter_batches(batch_size=BATCH_ROWS):
         columns = {name: batch.column(name) for name in batch.schema.names}
         rows = np.arange(start + 1, start + batch.num_rows + 1, dtype=np.int64)
         start += batch.num_rows
@@ -336,7 +378,24 @@ def timestamps(col: Any, unit: str) -> tuple[np.ndarray, dict[int, str]]:
         return _timestamps_slow(col, unit)
     typ = col.type
     if pa.types.is_timestamp(typ) or pa.types.is_date(typ):
-        ns = pc.cast(col, pa.timestamp("ns"), safe=True).cast(pa.int64()).fill_null(0)
+        try:
+            ns = pc.cast(col, pa.timestamp("ns"), safe=True).cast(pa.int64()).fill_null(0)
+        except pa.ArrowInvalid:
+            # A cell beyond the nanosecond range (a 9999-12-31 sentinel): a bad row, not a
+            # failed job. The cells' own counts in their unit, checked as integer timestamps are.
+            if pa.types.is_date32(typ):
+                unit_ns, storage = 86_400 * 10**9, pa.int32()
+            elif pa.types.is_date64(typ):
+                unit_ns, storage = 10**6, pa.int64()
+            else:
+                unit_ns, storage = _TS_UNIT_NS[typ.unit], pa.int64()
+            raw = np.asarray(col.view(storage).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+            limit = INT64_MAX // unit_ns
+            out_of_range = (raw > limit) | (raw < -limit)
+            valid = _valid(col)
+            for i in np.flatnonzero(~valid | out_of_range).tolist():
+                bad[i] = "empty timestamp" if not valid[i] else _check_reason(int(raw[i]) * unit_ns)
+            return np.where(out_of_range, 0, raw) * unit_ns, bad
         out = np.asarray(ns.to_numpy(zero_copy_only=False), dtype=np.int64)
         if col.null_count:
             bad = {int(i): "empty timestamp" for i in np.flatnonzero(~_valid(col))}
@@ -362,6 +421,17 @@ def timestamps(col: Any, unit: str) -> tuple[np.ndarray, dict[int, str]]:
     if pa.types.is_integer(typ) or pa.types.is_floating(typ):
         return _timestamps_slow(col.to_pylist(), unit)
     return np.zeros(n, np.int64), {i: f"timestamp column of type {typ} is not a number, text or time" for i in range(n)}
+
+
+_TS_UNIT_NS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+
+
+def _check_reason(ns: int) -> str:
+    try:
+        _check_ns(ns)
+    except ValueError as exc:
+        return str(exc)
+    return "timestamp out of range"  # pragma: no cover - only called for values out of range
 
 
 def _range_reason(raw: int, unit: str) -> str:

@@ -115,7 +115,10 @@ class ReadTelemetry:
         fmt = format_of(path, self.fmt)
         with _open(readable) as f:
             if fmt == "avro":
-                yield from self._avro(f)
+                for element in self._avro(f):
+                    # A record's points are its rows: the summary's "rows" counts them too.
+                    rows_counter.inc(len(element[1]))
+                    yield element
                 PROGRESS.add(files=1)
                 Metrics.counter(NAMESPACE, "files").inc()
                 return

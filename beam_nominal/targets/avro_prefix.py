@@ -153,7 +153,8 @@ class AvroPrefixTarget:
             raise ValueError(f"integers={integers!r} is not one of {', '.join(_INTEGERS)}")
         if max_file_bytes < 1:
             raise ValueError(f"max_file_bytes must be >= 1, got {max_file_bytes!r}")
-        self._prefix = prefix
+        # Beam's FileSystems knows no file:// scheme: a local path is a plain path there.
+        self._prefix = prefix[len("file://") :] if prefix.lower().startswith("file://") else prefix
         self._dataset_rid = dataset_rid
         self._codec = codec
         self._integers = integers
@@ -259,16 +260,29 @@ class AvroPrefixTarget:
                 self._cond.notify_all()
 
     def _send(self, request: Request, timeout: float | None) -> None:
-        try:
-            parts, points = block_parts(request.batches, self._integers, self._codec, b"\x00" * _SYNC_SIZE)
-        except TargetError as exc:
-            with self._cond:
-                self._failed = f"request {request.seq}: {exc}"
-                self._cond.notify_all()
-            raise
+        batches = list(request.batches)
+        # Index into request.batches of each of ``batches``, and the ones Avro cannot hold.
+        index = list(range(len(batches)))
+        refused: dict[int, str] = {}
+        while True:
+            try:
+                parts, points = block_parts(batches, self._integers, self._codec, b"\x00" * _SYNC_SIZE)
+                break
+            except TargetError as exc:
+                # A value Avro cannot hold (a uint64 above 2**63 - 1) costs its series, as a
+                # server's refusal of a series does, not the bundle: retrying cannot help, and
+                # failing the bundle would fail the job for one element.
+                where = getattr(exc.__context__, "index", None)
+                if not isinstance(where, int) or not 0 <= where < len(batches):
+                    with self._cond:
+                        self._failed = f"request {request.seq}: {exc}"
+                        self._cond.notify_all()
+                    raise
+                refused[index.pop(where)] = str(exc)
+                del batches[where]
         with self._cond:
             ready = self._cond.wait_for(
-                lambda: self._next_seq == request.seq or self._failed is not None or self._closed, timeout
+                lambda: self._next_seq >= request.seq or self._failed is not None or self._closed, timeout
             )
             self._check_usable()
             if not ready:
@@ -284,15 +298,18 @@ class AvroPrefixTarget:
                 return
             try:
                 if parts:
-                    self._write_locked(request, parts, points)
+                    self._write_locked(batches, parts, points)
             except Exception as exc:
                 self._failed = f"writing request {request.seq} under {self._prefix} failed: {exc}"
                 self._cond.notify_all()
                 raise TargetError(self._failed, retryable=False, code="write_failed") from exc
             self._next_seq += 1
             self._cond.notify_all()
+        if refused:
+            # The rest is written: the uploader's re-send of it finds its seq done (above).
+            raise TargetError("; ".join(refused.values()), retryable=False, code="not_representable", rejected=refused)
 
-    def _write_locked(self, request: Request, parts: list[Any], points: int) -> None:
+    def _write_locked(self, batches: list[Any], parts: list[Any], points: int) -> None:
         from apache_beam.io.filesystem import CompressionTypes
         from apache_beam.io.filesystems import FileSystems
 
@@ -313,7 +330,7 @@ class AvroPrefixTarget:
         parts[-1] = f.sync
         f.write(parts)
         f.points += points
-        for b in request.batches:
+        for b in batches:
             if len(b.timestamps):
                 f.series.add(b.key)
                 lo, hi = int(b.timestamps.min()), int(b.timestamps.max())
