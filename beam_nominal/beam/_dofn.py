@@ -187,6 +187,12 @@ def report_lineage(target: Any, dataset_rid: str) -> Callable[[], None]:
     """
     if not isinstance(target, str):
         return lambda: None
+    if is_prefix(target):
+        # A prefix on any Beam filesystem (a local one as an absolute path), like a file sink's.
+        prefix = target.removeprefix("file://")
+        if "://" not in prefix:
+            prefix = os.path.abspath(prefix) + "/"
+        return lambda: FileSystems.report_sink_lineage(prefix + "nominal-*.avro")
     if target.endswith(".avro"):
         files = os.path.abspath(target.removeprefix("file://")[: -len(".avro")]) + "-*.avro"
         return lambda: FileSystems.report_sink_lineage(files)
@@ -368,6 +374,18 @@ def _abandon(stream: Any) -> None:
         _LOG.debug("WriteToNominal: closing a failed bundle's stream raised", exc_info=True)
 
 
+def _chunk_failed(chunk: Chunk, exc: Exception) -> FailedElement:
+    ts = chunk.timestamps
+    described = {
+        "channel": chunk.key.channel,
+        "tags": dict(chunk.key.tags),
+        "points": len(ts),
+        "first_timestamp": int(ts[0]) if len(ts) else None,
+        "last_timestamp": int(ts[-1]) if len(ts) else None,
+    }
+    return FailedElement(described, type(exc).__name__, f"{len(ts)} points of series {chunk.key.describe()}: {exc}")
+
+
 def chunk_key(chunk: Chunk) -> str:
     """A deterministic string key for a chunk's series (GroupIntoBatches needs a deterministic coder)."""
     return chunk.key.describe()
@@ -420,7 +438,11 @@ class WriteChunksDoFn(WriteDoFn):
             try:
                 self._batch.add_chunk(chunk)
             except ELEMENT_ERRORS as exc:
-                out.extend(self._fail(chunk, exc))
+                # The chunk's elements are gone (batching keeps columns, not elements): the
+                # failure names its series and points, as a series the server refused does.
+                assert self._metrics is not None
+                self._metrics.failed_elements.inc()
+                out.append(_chunk_failed(chunk, exc))
         if self._batch.nbytes >= HANDOVER_BYTES:
             self._stream.enqueue_chunks(self._batch.take())
         return out

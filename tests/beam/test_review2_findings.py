@@ -175,11 +175,6 @@ def test_a_file_url_prefix_writes_local_files(tmp_path: Path) -> None:
     assert _read_avro(out) == {"a": [(T0, 1.0), (T0 + S, 2.0)]}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="beam/_dofn.py report_lineage treats a prefix as a URL (nominal:`:///dir`.`rid`); a prefix "
-    "should be reported as files: FileSystems.report_sink_lineage(prefix) when is_prefix(target)",
-)
 def test_a_prefix_target_reports_its_files_as_sink_lineage(tmp_path: Path) -> None:
     p = beam.Pipeline(runner=FnApiRunner())
     _ = p | beam.Create([("a", T0, 1.0)]) | WriteToNominal(f"{tmp_path}/pre/", dataset_rid="ri.x")
@@ -189,19 +184,26 @@ def test_a_prefix_target_reports_its_files_as_sink_lineage(tmp_path: Path) -> No
     assert sinks and all(not s.startswith("nominal:`:") for s in sinks), sinks
 
 
-class _Seen(beam.DoFn):  # type: ignore[misc]
-    def process(self, f: Any, ts: Any = beam.DoFn.TimestampParam, window: Any = beam.DoFn.WindowParam) -> Iterator[Any]:
-        yield type(f.element).__name__, float(ts), (float(window.start), float(window.end))
+class _Record(beam.DoFn):  # type: ignore[misc]
+    """Appends each failed element to a file: ``assert_that`` groups by key, and a failure found
+    after cross-bundle batching sits at the end of the global window, late for any grouping."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def process(self, f: Any) -> Iterator[Any]:
+        with open(self._path, "a") as out:
+            out.write(json.dumps([f.error, f.element, "text now" in f.reason]) + "\n")
+        return iter(())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with the streaming default (cross-bundle batching) a type clash between two elements is found "
-    "in WriteChunksDoFn: the FailedElement holds an internal Chunk in the global window at its end "
-    "instead of the element in its own window; ToChunksDoFn would have to carry each chunk's "
-    "element, timestamp and window for WriteChunksDoFn to output (beam/_dofn.py)",
-)
-def test_streaming_default_fails_a_type_clash_with_the_element_and_its_window(server: LocalServer) -> None:
+def test_streaming_default_fails_a_type_clash_found_after_batching_as_its_series_points(
+    server: LocalServer, tmp_path: Path
+) -> None:
+    """With cross-bundle batching (the default for unbounded inputs) a clash between elements of
+    different bundles is found once their chunks are batched, when the elements are gone: the
+    failure names the series, its points and their time range (as a series the server refused),
+    not an internal chunk; with batching off it would be the element in its own window."""
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
     from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
     from apache_beam.testing.test_stream import TestStream
@@ -216,6 +218,7 @@ def test_streaming_default_fails_a_type_clash_with_the_element_and_its_window(se
         .add_elements([TimestampedValue(("x", T0 + 2 * S, "text now"), 2)])
         .advance_watermark_to_infinity()
     )
+    seen = tmp_path / "failed.jsonl"
     with beam.Pipeline(runner=BundleBasedDirectRunner(), options=options) as p:
         result = (
             p
@@ -223,7 +226,12 @@ def test_streaming_default_fails_a_type_clash_with_the_element_and_its_window(se
             | beam.WindowInto(FixedWindows(10))
             | WriteToNominal(server.target, dataset_rid="ri.review2.stream")
         )
-        assert_that(result.failed | beam.ParDo(_Seen()), equal_to([("tuple", 2.0, (0.0, 10.0))]))
+        _ = result.failed | beam.ParDo(_Record(str(seen)))
+    described = {"channel": "x", "tags": {}, "points": 1, "first_timestamp": T0 + 2 * S, "last_timestamp": T0 + 2 * S}
+    assert [json.loads(line) for line in seen.read_text().splitlines()] == [["SeriesTypeError", described, False]]
+    assert [(s.channel, s.value_type.value, s.count) for s in server.store.list_series("ri.review2.stream")] == [
+        ("x", "double", 1)
+    ]
 
 
 def test_the_summary_counts_the_rows_of_avro_inputs(server: LocalServer, tmp_path: Path) -> None:
