@@ -194,7 +194,9 @@ class Uploader:
             except TargetError as exc:
                 reason = f"{exc.code or type(exc).__name__}: {exc}"
                 retryable, retry_after = exc.retryable, exc.retry_after
-                refused = {i: why for i, why in exc.rejected.items() if 0 <= i < len(index)}
+                refused = exc.rejected
+                if any(not 0 <= i < len(index) for i in refused):
+                    refused = {}  # a naming that does not fit this request is about no batch of it
                 if not retryable and refused:
                     self._refused_for_good(request, index, refused, reason, rejected, to_fallback)
                     index = [j for i, j in enumerate(index) if i not in refused]

@@ -195,3 +195,23 @@ def test_retry_settings_need_a_bound_and_an_attempt_cap_is_still_honoured() -> N
     )
     outcome = up._deliver(Request("ri.x.1", []))
     assert not outcome.acknowledged and "gave up after 3 attempts" in outcome.reason
+
+
+def test_a_refusal_naming_batches_the_request_does_not_have_splits_nothing() -> None:
+    """Indices past the request's batches mean the naming is not about this request: the whole
+    request fails with the server's reason, nothing is re-sent as if some batches were fine."""
+    sent: list[int] = []
+
+    class Target(RecordingTarget):
+        def send(self, request: Request, timeout: float | None = None) -> None:
+            sent.append(len(request.batches))
+            raise TargetError("refused", retryable=False, code="HTTP 400", rejected={0: "bad", 99: "bad"})
+
+    s = NominalStream(Target(), dataset_rid="ri.x.1", linger=None)
+    s.enqueue("a", 1, 1.0)
+    s.enqueue("b", 1, 2.0)
+    with pytest.raises(DeliveryError) as info:
+        s.close()
+    assert sent == [2]  # one attempt, not split
+    assert info.value.undelivered == {SeriesKey("a"): 1, SeriesKey("b"): 1}
+    assert info.value.rejected == {}
