@@ -14,7 +14,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from beam_nominal.errors import TargetError
@@ -202,12 +202,7 @@ class Uploader:
                     index = [j for i, j in enumerate(index) if i not in refused]
                     if not index:
                         return Outcome(False, False, reason, attempt - 1, 0)
-                    request = Request(
-                        request.dataset_rid,
-                        [b for i, b in enumerate(request.batches) if i not in refused],
-                        request.source_name,
-                        request.seq,
-                    )
+                    request = _part(request, [i for i in range(len(request.batches)) if i not in refused])
                     _log.warning(
                         "request %d: %d series refused for good (%s); sending the other %d again",
                         request.seq,
@@ -249,35 +244,35 @@ class Uploader:
     ) -> None:
         """Batches ``refused`` (indices into ``request``) will never be taken by the target: to
         the fallback, like any request the target finally refused, or else written off."""
-        if self._send_fallback is not None:
-            gone = Request(
-                request.dataset_rid,
-                [b for i, b in enumerate(request.batches) if i in refused],
-                request.source_name,
-                request.seq,
-            )
-            try:
-                self._send_fallback(gone, self._upload.attempt_timeout, reason=RuntimeError(reason))
-            except Exception as exc:
-                rejected.update((index[i], f"{why}; fallback failed too: {exc}") for i, why in refused.items())
-                return
-            _log.warning(
-                "request %d: %d points of %d series the target refused for good went to the fallback target: %s",
-                request.seq,
-                gone.points,
-                len(refused),
-                reason,
-            )
-            to_fallback.extend(index[i] for i in refused)
+        if self._send_fallback is None:
+            rejected.update((index[i], why) for i, why in refused.items())
             return
-        rejected.update((index[i], why) for i, why in refused.items())
+        failed_too = self._hand_to_fallback(_part(request, refused), reason)
+        if failed_too is None:
+            to_fallback.extend(index[i] for i in refused)
+        else:
+            rejected.update((index[i], why + failed_too) for i, why in refused.items())
 
     def _to_fallback(self, request: Request, reason: str, retries: int) -> Outcome:
         if self._send_fallback is None:
             return Outcome(False, False, reason, retries, 0)
+        failed_too = self._hand_to_fallback(request, reason)
+        if failed_too is not None:
+            return Outcome(False, False, reason + failed_too, retries, 0)
+        return Outcome(False, True, reason, retries, 0)
+
+    def _hand_to_fallback(self, request: Request, reason: str) -> str | None:
+        """Send ``request`` to the fallback target: None once it took it, else why it did not
+        (to append to the reason)."""
+        assert self._send_fallback is not None
         try:
             self._send_fallback(request, self._upload.attempt_timeout, reason=RuntimeError(reason))
         except Exception as exc:
-            return Outcome(False, False, f"{reason}; fallback failed too: {exc}", retries, 0)
+            return f"; fallback failed too: {exc}"
         _log.warning("request %d (%d points) went to the fallback target: %s", request.seq, request.points, reason)
-        return Outcome(False, True, reason, retries, 0)
+        return None
+
+
+def _part(request: Request, batches: Iterable[int]) -> Request:
+    """The request of some of ``request``'s batches (by index), under the same sequence number."""
+    return Request(request.dataset_rid, [request.batches[i] for i in batches], request.source_name, request.seq)
