@@ -272,7 +272,7 @@ class WriteDoFn(beam.DoFn):
                 read = self._readers.get(type(element)) or self._reader(element)
                 read(element)
             except ELEMENT_ERRORS as exc:
-                return self._fail(element, exc)
+                return self._fail(failed(element, exc))
         if len(batch.flat) >= self._flat_limit or batch.nbytes >= HANDOVER_BYTES:
             self._stream.enqueue_chunks(batch.take())
         return ()
@@ -285,10 +285,10 @@ class WriteDoFn(beam.DoFn):
             self._points.add(cls)  # its instances are points as they are (see process)
         return read
 
-    def _fail(self, element: Any, exc: Exception) -> list[FailedElement]:
+    def _fail(self, failure: FailedElement) -> list[FailedElement]:
         assert self._metrics is not None
         self._metrics.failed_elements.inc()
-        return [failed(element, exc)]
+        return [failure]
 
     def finish_bundle(self) -> list[WindowedValue] | None:
         from beam_nominal.errors import DeliveryError
@@ -296,25 +296,22 @@ class WriteDoFn(beam.DoFn):
         stream, self._stream = self._stream, None
         if stream is None:
             return None
+        rejected: list[FailedElement] = []
         try:
             stream.enqueue_chunks(self._batch.take())
-            report = stream.flush()
-            # A file target makes the bundle's files visible only now that all of it is written.
-            written = _bundle_hook(self._target, "commit_bundle") or []
-        except DeliveryError as exc:
-            if exc.rejected and exc.rejected == exc.undelivered:
+            try:
+                report = stream.flush()
+            except DeliveryError as exc:
+                if not (exc.rejected and exc.rejected == exc.undelivered):
+                    raise
                 # The target refused these series for good (their type conflicts with what it
                 # stores) and took everything else: retrying the bundle cannot help, so they go
                 # to the failed output, once per series.
-                stream.close()
-                written = _bundle_hook(self._target, "commit_bundle") or []
-                assert self._metrics is not None
-                self._metrics.record(exc.report, self._measured.take_samples())
-                self._metrics.failed_elements.inc(len(exc.rejected))
-                if exc.report.points:
-                    self._lineage()
+                report = exc.report
                 rejected = [self._rejected(k, n, exc.reasons.get(k, "")) for k, n in exc.rejected.items()]
-                return [GlobalWindows.windowed_value(v) for v in [*rejected, *written]]
+            # A file target makes the bundle's files visible only now that all of it is written.
+            written = _bundle_hook(self._target, "commit_bundle") or []
+        except DeliveryError as exc:
             _abandon(stream)
             _bundle_hook(self._target, "abort_bundle")
             # The runner retries the bundle; requests already acknowledged are re-sent with the
@@ -330,10 +327,13 @@ class WriteDoFn(beam.DoFn):
         stream.close()
         assert self._metrics is not None
         self._metrics.record(report, self._measured.take_samples())
+        if rejected:
+            self._metrics.failed_elements.inc(len(rejected))
         if report.points:
             self._lineage()
-        # Files written (WrittenFile) come out with the failed elements; WriteToNominal splits them.
-        return [GlobalWindows.windowed_value(f) for f in written] or None
+        # Refused series and files written (WrittenFile) come out with the failed elements;
+        # WriteToNominal splits them.
+        return [GlobalWindows.windowed_value(v) for v in [*rejected, *written]] or None
 
     def _rejected(self, key: Any, points: int, reason: str) -> FailedElement:
         return FailedElement(
@@ -440,9 +440,7 @@ class WriteChunksDoFn(WriteDoFn):
             except ELEMENT_ERRORS as exc:
                 # The chunk's elements are gone (batching keeps columns, not elements): the
                 # failure names its series and points, as a series the server refused does.
-                assert self._metrics is not None
-                self._metrics.failed_elements.inc()
-                out.append(_chunk_failed(chunk, exc))
+                out.extend(self._fail(_chunk_failed(chunk, exc)))
         if self._batch.nbytes >= HANDOVER_BYTES:
             self._stream.enqueue_chunks(self._batch.take())
         return out
