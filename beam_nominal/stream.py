@@ -184,7 +184,7 @@ class _Core:
     # -- state under the lock --------------------------------------------------------------------
 
     def check_open(self) -> None:
-        if self.owes_interrupt():
+        if self.take_interrupt():
             raise KeyboardInterrupt
         if not self.accepting:
             raise StreamClosedError(f"stream for {self.dataset_rid} is {self.state.value}: no more writes")
@@ -291,14 +291,12 @@ class _Core:
                 gone = set(outcome.rejected).union(outcome.refused_to_fallback)
                 batches = [b for i, b in enumerate(batches) if i not in gone]
             points = sum(len(b) for b in batches) if split else request.points
-            if not batches:
-                pass  # every batch was refused for good
-            elif outcome.acknowledged:
+            if batches and outcome.acknowledged:  # (no batches: every one was refused for good)
                 self.points_acked += points
                 self.requests_acked += 1
                 self.bytes_acked += outcome.nbytes
                 self.series_acked.update(b.key for b in batches)
-            elif outcome.fallback:
+            elif batches and outcome.fallback:
                 self.fallback_points += points
                 self.fallback_requests += 1
             else:
@@ -363,7 +361,7 @@ class _Core:
                     pending = [r for s, (r, _) in self.in_flight.items() if s < upto]
                     raise self._timeout_error(f"flush timed out after {timeout}s", pending, write_off=False)
                 self.wait(remaining)
-                if self.owes_interrupt():
+                if self.take_interrupt():
                     raise KeyboardInterrupt
             err = self.failure("flush")
             if err is not None:
@@ -415,18 +413,19 @@ class _Core:
                 # A second Ctrl+C cuts the drain short: one pressed during it, not one pressed
                 # before (the caller caught that one and went on).
                 before = self.interrupts
-                while self.in_flight and not (self.interrupts >= 2 and self.interrupts > before):
+                cut = False
+                while self.in_flight and not cut:
                     remaining = None if deadline is None else deadline - self.clock()
                     if remaining is not None and remaining <= 0:
                         break
                     self.wait(remaining)
+                    cut = self.interrupts >= 2 and self.interrupts > before
                 self.draining = False
                 abandoned = list(self.in_flight.values())
                 if abandoned:
                     self.in_flight.clear()
                     self.in_flight_bytes = 0
                     self.cond.notify_all()  # a flush waiting on these must not wait on
-                    cut = self.interrupts >= 2 and self.interrupts > before
                     why = "close interrupted by Ctrl+C" if cut else f"close timed out after {timeout}s"
                     error = self._timeout_error(why, [r for r, _ in abandoned], write_off=True)
                 else:
@@ -483,7 +482,7 @@ class _Core:
         Ctrl+C deferred by the handler is acted on soon (callers check ``interrupts``)."""
         self.cond.wait(_interrupt.POLL if timeout is None else min(timeout, _interrupt.POLL))
 
-    def owes_interrupt(self) -> bool:
+    def take_interrupt(self) -> bool:
         """True once for a Ctrl+C not yet raised to the caller (who then raises it). Only in the
         main thread, as Python raises KeyboardInterrupt only there: another thread's write
         finds the stream closed, and the main thread gets the interrupt."""
@@ -827,12 +826,12 @@ class NominalStream:
         try:
             report = core.close(timeout)
         except DeliveryError as exc:
-            if core.owes_interrupt():
+            if core.take_interrupt():
                 raise KeyboardInterrupt from exc
             raise
         finally:
             self._finalizer.detach()
-        if core.owes_interrupt():
+        if core.take_interrupt():
             raise KeyboardInterrupt  # pressed while this close drained; it has now drained
         return report
 

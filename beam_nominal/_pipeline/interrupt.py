@@ -33,7 +33,7 @@ import weakref
 from types import FrameType
 from typing import Protocol
 
-__all__ = ["POLL", "Interruptible", "owed", "raised", "register", "unregister"]
+__all__ = ["POLL", "Interruptible", "raised", "register", "unregister"]
 
 #: Longest a wait inside a stream goes without noticing a Ctrl+C, in seconds.
 POLL = 0.05
@@ -76,11 +76,6 @@ _resent = False
 _watching = False
 #: Seconds the watcher outlives the last open stream.
 _LINGER = 1.0
-
-
-def owed() -> bool:
-    """Whether a deferred Ctrl+C is still owed to the main thread."""
-    return _owed
 
 
 def raised() -> None:
