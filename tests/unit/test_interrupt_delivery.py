@@ -81,14 +81,28 @@ def test_a_deferred_ctrl_c_reaches_the_main_thread_not_a_writer_thread() -> None
 
 class _InterruptingTarget(RecordingTarget):
     """Sends SIGINT to this process on its first send (from an uploader thread), while the main
-    thread waits in a drain."""
+    thread waits in a drain, and acknowledges only once the handler has marked the stream."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.marked = threading.Event()
+
+    def watch(self, s: NominalStream) -> None:
+        core = s._core
+        mark = core.mark_interrupted
+
+        def marked() -> None:
+            mark()
+            self.marked.set()
+
+        core.mark_interrupted = marked  # type: ignore[method-assign]
 
     def send(self, request: Any, timeout: float | None = None) -> None:
         first = not self.calls
         super().send(request, timeout)
         if first:
             os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.3)  # the drain is still waiting when the handler runs
+            assert self.marked.wait(10)  # the handler ran while the drain was still waiting
 
 
 def test_a_ctrl_c_during_a_dropped_streams_finaliser_drain_is_raised_after_it() -> None:
@@ -97,6 +111,7 @@ def test_a_ctrl_c_during_a_dropped_streams_finaliser_drain_is_raised_after_it() 
 
     def job() -> None:
         s = NominalStream(target, dataset_rid="ri.x.1", linger=None)
+        target.watch(s)
         s.enqueue("a", 1, 1.0)
         # dropped without close(): the finaliser drains here, in the main thread
 
