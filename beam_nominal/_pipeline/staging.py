@@ -58,6 +58,8 @@ _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 #: Checked series names a batch keeps from one bundle to the next, at most.
 _KEYS_KEPT = 65536
+#: ``PointBatch.fast`` while rows are pending: never written.
+_NO_FAST: dict[str, int] = {}
 #: Estimated encoded bytes of one timestamp (the stream's budget unit; see buffer.TS_BYTES).
 _TS_BYTES = 16
 
@@ -160,19 +162,17 @@ class PointBatch:
         self._untagged: dict[str, _Slot] = {}
         #: (channel, tuple(tags.items())) -> slot: an element's tags, as given.
         self._tagged: dict[tuple[str, tuple[tuple[str, str], ...]], _Slot] = {}
-        #: (series, int ns, value) triples of single points, in arrival order: the series is
-        #: its untagged channel name when it is in ``_doubles``, else its code.
+        #: (series code, int ns, value) triples of single points, in arrival order.
         self.flat: list[Any] = []
         #: (channel, tag items as given) -> its checked SeriesKey; kept by clear().
         self._keys: dict[tuple[Any, Any], SeriesKey] = {}
-        #: Channels whose untagged series is double and takes Python floats unchecked.
-        self._all_doubles: set[str] = set()
-        #: What add_fast takes: _all_doubles, or nothing while rows are pending (so a single
-        #: point after a wide record's row takes the checked path, which settles the rows
-        #: first and keeps each series in arrival order).
-        self._doubles: set[str] | frozenset[str] = self._all_doubles
-        #: What the flat list names a series by (a channel in _doubles, or a code) -> its code.
-        self._code_of: dict[Any, int] = {}
+        #: Untagged channels whose series is double and takes Python floats unchecked -> code.
+        self._all_fast: dict[str, int] = {}
+        #: What the fast path takes (see add_fast): _all_fast, or nothing while rows are
+        #: pending (so a single point after a wide record's row takes the checked path, which
+        #: settles the rows first and keeps each series in arrival order). Read, never written,
+        #: by the one other copy of the fast path, ``WriteDoFn.process``.
+        self.fast: dict[str, int] = self._all_fast
         #: tag items as given -> the block the last record with those tags went to.
         self._last_block: dict[tuple[Any, ...], _Block] = {}
         self._blocks: dict[tuple[Any, ...], _Block] = {}
@@ -202,22 +202,21 @@ class PointBatch:
         """Append ``(channel, int ns, float)`` of a known untagged double series, or do nothing
         and return False (the caller then takes the checked path, :meth:`add_tagged`).
 
-        The hot path of the package, and the only copy of it: three type tests and a set
-        lookup, and the point's three fields go to the flat list in one ``extend``, no tuple
-        made. Any other sequence, or a point it does not take, returns False.
+        The hot path of the package: three type tests and a dict lookup, and the point goes to
+        the flat list in three appends. ``WriteDoFn.process`` inlines the same rule (a call
+        there costs more than the rule; ``tests/unit/test_fast_path.py`` holds the two to the
+        same points). Any other sequence, or a point it does not take, returns False.
         """
         try:
             channel, ts, value = point
             # Literals, not module constants: a global lookup costs as much as a comparison.
-            if (
-                type(value) is float
-                and type(ts) is int
-                and channel in self._doubles
-                and -9223372036854775808 < ts <= 9223372036854775807
-            ):
-                self.flat.extend(point)
+            if type(value) is float and type(ts) is int and -9223372036854775808 < ts <= 9223372036854775807:
+                flat = self.flat
+                flat.append(self.fast[channel])  # three appends: cheaper than one of a tuple
+                flat.append(ts)
+                flat.append(value)
                 return True
-        except (TypeError, ValueError):  # not three items, or an unhashable channel
+        except (TypeError, ValueError, KeyError):  # not three items, an unhashable or unknown channel
             pass
         return False
 
@@ -275,7 +274,7 @@ class PointBatch:
         self._seq += 1
         if not self._rows:
             self._rows = True
-            self._doubles = frozenset()
+            self.fast = _NO_FAST
         self.counted += block.width
         self.nbytes += block.row_bytes(row)
 
@@ -614,15 +613,13 @@ class PointBatch:
             slot.code = len(self._slots)
             self._slots.append(slot)
             self._by_key[slot.key] = slot
-            self._code_of[slot.code] = slot.code
             known = slot
         if tags:
             self._tagged[(channel, tuple(tags.items()))] = known
         else:
             self._untagged[channel] = known
             if known.vtype is ValueType.DOUBLE and known.unchecked is float:
-                self._all_doubles.add(channel)
-                self._code_of[channel] = known.code
+                self._all_fast[channel] = known.code
 
     def _settle(self) -> None:
         """Move single points and rows into their series' chunks (at most one of the two is
@@ -635,14 +632,14 @@ class PointBatch:
     def _settle_flat(self) -> None:
         flat, self.flat = self.flat, []
         n = len(flat) // 3
-        names = flat[0::3]
+        code_list = flat[0::3]
         ts = np.fromiter(flat[1::3], np.int64, n)
         vals = flat[2::3]
-        if names.count(names[0]) == n:  # one series (a count in C, before any per-point lookup)
-            self._add_settled(self._slots[self._code_of[names[0]]], ts, vals)
+        if code_list.count(code_list[0]) == n:  # one series (a count in C: one int object per code)
+            self._add_settled(self._slots[code_list[0]], ts, vals)
             self.counted += n
             return
-        codes = np.fromiter(map(self._code_of.__getitem__, names), np.intp, n)
+        codes = np.fromiter(code_list, np.intp, n)
         slots = self._slots
         counts = np.bincount(codes, minlength=len(slots))
         present = np.flatnonzero(counts)
@@ -703,7 +700,7 @@ class PointBatch:
                     col = list(map(joined.__getitem__, order.tolist()))
             self._add_settled(self._slots[code], ts, col)
         self._rows = False
-        self._doubles = self._all_doubles
+        self.fast = self._all_fast
 
     def _settle_plain_block(self, block: _Block) -> None:
         """The common case of _settle_rows: one block of floats, so no merging (one matrix, each
@@ -716,7 +713,7 @@ class PointBatch:
         for slot, col in zip(block.slots, matrix, strict=True):
             put(slot, ts, col, nbytes)  # type: ignore[arg-type]
         self._rows = False
-        self._doubles = self._all_doubles
+        self.fast = self._all_fast
 
     def _add_settled(self, slot: _Slot, ts: Any, vals: Any) -> None:
         vt = slot.vtype

@@ -49,7 +49,15 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_nominal._pipeline.staging import Chunk, PointBatch
 from beam_nominal._pipeline.uploader import WorkerPool
-from beam_nominal.beam._elements import ELEMENT_ERRORS, FailedElement, Reader, failed, is_point_fields, reader_for
+from beam_nominal.beam._elements import (
+    ELEMENT_ERRORS,
+    FailedElement,
+    Reader,
+    failed,
+    is_point_fields,
+    is_row,
+    reader_for,
+)
 from beam_nominal.beam._metrics import MeasuredTarget, SinkMetrics
 from beam_nominal.settings import resolve
 from beam_nominal.targets.avro_prefix import is_prefix
@@ -219,6 +227,9 @@ class WriteDoFn(beam.DoFn):
         self._readers: dict[type, Reader] = {}
         #: NamedTuple classes whose instances are (channel, timestamp, value) points as they are.
         self._points: set[type] = set()
+        #: beam.Row classes seen (a Row's fields are its ``vars``).
+        self._rows: set[type] = set()
+        self._timestamp_field = config.timestamp_field
         #: ``batch.flat`` holds three items per point.
         self._flat_limit = 3 * HANDOVER_POINTS
 
@@ -264,15 +275,39 @@ class WriteDoFn(beam.DoFn):
 
     def process(self, element: Any) -> Iterable[FailedElement]:
         batch = self._batch
-        # The commonest elements of all, (channel, int ns, float) as a tuple or a NamedTuple
-        # with those fields in that order, cost one call here; any other goes to its reader.
+        # The commonest elements of all, a (channel, int ns, float) point of a known double
+        # series as a tuple, a NamedTuple of those fields in that order, or a dict or beam.Row
+        # of just those three, are appended here: PointBatch.add_fast's rule, inlined, as a
+        # call costs more than the rule (instructions a point in docs/benchmarks.md;
+        # tests/unit/test_fast_path.py holds both copies to the same points).
         cls = type(element)
-        if (cls is not tuple and cls not in self._points) or not batch.add_fast(element):
-            try:
-                read = self._readers.get(type(element)) or self._reader(element)
-                read(element)
-            except ELEMENT_ERRORS as exc:
-                return self._fail(failed(element, exc))
+        try:
+            if cls is tuple:
+                channel, ts, value = element
+            elif cls is dict or cls in self._rows:
+                fields = element if cls is dict else vars(element)  # a Row's fields, in place
+                if len(fields) != 3:
+                    raise KeyError  # a point with tags, or not a point
+                channel, ts, value = fields["channel"], fields[self._timestamp_field], fields["value"]
+            elif cls in self._points:
+                channel, ts, value = element
+            else:
+                raise KeyError
+            if type(value) is float and type(ts) is int and -9223372036854775808 < ts <= 9223372036854775807:
+                flat = batch.flat
+                flat.append(batch.fast[channel])  # three appends: cheaper than one of a tuple
+                flat.append(ts)
+                flat.append(value)
+                if len(flat) >= self._flat_limit:
+                    self._stream.enqueue_chunks(batch.take())
+                return ()
+        except (KeyError, TypeError, ValueError):  # not a point of this shape, or its channel is not one
+            pass
+        try:
+            read = self._readers.get(cls) or self._reader(element)
+            read(element)
+        except ELEMENT_ERRORS as exc:
+            return self._fail(failed(element, exc))
         if len(batch.flat) >= self._flat_limit or batch.nbytes >= HANDOVER_BYTES:
             self._stream.enqueue_chunks(batch.take())
         return ()
@@ -283,6 +318,8 @@ class WriteDoFn(beam.DoFn):
         self._readers[cls] = read
         if is_point_fields(getattr(cls, "_fields", ()), self._config.timestamp_field):
             self._points.add(cls)  # its instances are points as they are (see process)
+        elif is_row(element):
+            self._rows.add(cls)
         return read
 
     def _fail(self, failure: FailedElement) -> list[FailedElement]:

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from beam_nominal._pipeline.staging import ElementError, PointBatch, is_column
 
-__all__ = ["ELEMENT_ERRORS", "ElementError", "FailedElement", "is_point_fields", "reader_for"]
+__all__ = ["ELEMENT_ERRORS", "ElementError", "FailedElement", "is_point_fields", "is_row", "reader_for"]
 
 #: What a reader or the batch raises for a bad element (SeriesTypeError is a TypeError).
 ELEMENT_ERRORS = (TypeError, ValueError, KeyError)
@@ -88,6 +88,12 @@ def is_point_fields(fields: Sequence[str], timestamp_field: str) -> bool:
     return tuple(fields) == ("channel", timestamp_field, "value")
 
 
+def is_row(element: Any) -> bool:
+    """Whether ``element`` is a ``beam.Row`` (whose fields are its ``vars``)."""
+    cls = type(element)
+    return cls.__name__ == "Row" and cls.__module__.startswith("apache_beam")
+
+
 def reader_for(element: Any, batch: PointBatch, timestamp_field: str) -> Reader:
     """The reader for elements of ``type(element)``, appending to ``batch``.
 
@@ -109,7 +115,7 @@ def reader_for(element: Any, batch: PointBatch, timestamp_field: str) -> Reader:
         return lambda table: batch.add_table(table, timestamp_field)
     if isinstance(element, tuple) and hasattr(cls, "_fields"):
         return _named_reader(batch, list(cls._fields), timestamp_field)
-    if cls.__name__ == "Row" and cls.__module__.startswith("apache_beam"):
+    if is_row(element):
         # A Row's fields are its __dict__: read in place, where as_dict() would copy them.
         return _mapping_reader(batch, timestamp_field, vars)
     raise ElementError(
