@@ -674,7 +674,7 @@ class NominalStream:
                 c.check_open()
                 if c.full:
                     c.wait_room()
-            if tags or not staged.add_fast((channel, timestamp, value)):
+            if tags or not staged.add_fast(channel, timestamp, value):
                 staged.add_tagged(channel, timestamp, value, tags)
             if c.first_buffered_at is None:
                 c.first_buffered_at = c.clock()

@@ -198,26 +198,27 @@ class PointBatch:
 
     # -- single points -----------------------------------------------------------------------------
 
-    def add_fast(self, point: Any) -> bool:
-        """Append ``(channel, int ns, float)`` of a known untagged double series, or do nothing
-        and return False (the caller then takes the checked path, :meth:`add_tagged`).
+    def add_fast(self, channel: Any, ts: Any, value: Any) -> bool:
+        """Append a point of a known untagged double series whose value is a float and timestamp
+        an int ns, or do nothing and return False (the caller then takes the checked path,
+        :meth:`add_tagged`).
 
         The hot path of the package: three type tests and a dict lookup, and the point goes to
         the flat list in three appends. ``WriteDoFn.process`` inlines the same rule (a call
         there costs more than the rule; ``tests/unit/test_fast_path.py`` holds the two to the
-        same points). Any other sequence, or a point it does not take, returns False.
+        same points).
         """
-        try:
-            channel, ts, value = point
-            # Literals, not module constants: a global lookup costs as much as a comparison.
-            if type(value) is float and type(ts) is int and -9223372036854775808 < ts <= 9223372036854775807:
-                flat = self.flat
-                flat.append(self.fast[channel])  # three appends: cheaper than one of a tuple
-                flat.append(ts)
-                flat.append(value)
-                return True
-        except (TypeError, ValueError, KeyError):  # not three items, an unhashable or unknown channel
-            pass
+        # Literals, not module constants: a global lookup costs as much as a comparison.
+        if type(value) is float and type(ts) is int and -9223372036854775808 < ts <= 9223372036854775807:
+            try:
+                code = self.fast[channel]
+            except (KeyError, TypeError):  # an unknown or unhashable channel
+                return False
+            flat = self.flat
+            flat.append(code)  # three appends: cheaper than one of a tuple
+            flat.append(ts)
+            flat.append(value)
+            return True
         return False
 
     def add_tagged(self, channel: Any, ts: Any, value: Any, tags: Any) -> None:

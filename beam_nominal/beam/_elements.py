@@ -158,7 +158,7 @@ def _mapping_reader(batch: PointBatch, ts_field: str, fields_of: Callable[[Any],
             pass
         else:
             tags = m.get("tags")
-            if tags is not None or not add_fast(point):
+            if tags is not None or not add_fast(*point):
                 add_tagged(*point, tags)
             return
         kind = _kind_of_fields(m, ts_field)
@@ -184,7 +184,7 @@ def _named_reader(batch: PointBatch, fields: list[str], ts_field: str) -> Reader
         if is_point_fields(fields, ts_field):
             # (channel, timestamp, value) in that order: the point itself.
             def read_plain(e: Any) -> None:
-                if not add_fast(e):
+                if not add_fast(e[0], e[1], e[2]):
                     add_tagged(e[0], e[1], e[2], None)
 
             return read_plain
@@ -192,7 +192,7 @@ def _named_reader(batch: PointBatch, fields: list[str], ts_field: str) -> Reader
         def read_point(e: Any) -> None:
             point = (e[ci], e[tsi], e[vi])
             tags = e[ti] if ti is not None else None
-            if tags is not None or not add_fast(point):
+            if tags is not None or not add_fast(*point):
                 add_tagged(*point, tags)
 
         return read_point

@@ -129,7 +129,7 @@ def test_process_and_add_fast_take_the_same_points(dofn: WriteDoFn, shape: str, 
     element = SHAPES[shape](*point)
     reference = _batch()
     flat = list(reference.flat)
-    took = reference.add_fast(point)
+    took = reference.add_fast(*point)
     inline, appended = _taken_inline(dofn, element)
     assert inline == took, f"{shape} {point!r}: WriteDoFn.process took={inline}, PointBatch.add_fast took={took}"
     if took:
@@ -157,5 +157,5 @@ def test_points_after_a_wide_row_take_the_checked_path(dofn: WriteDoFn) -> None:
     dofn._batch.add_record(B, {"c": 1.5, "d": 2.5})
     reference = _batch()
     reference.add_record(B, {"c": 1.5, "d": 2.5})
-    assert not reference.add_fast(("c", B + 1, 0.5))
+    assert not reference.add_fast("c", B + 1, 0.5)
     assert not _taken_inline(dofn, ("c", B + 1, 0.5))[0]

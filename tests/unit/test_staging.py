@@ -30,7 +30,7 @@ Expected = list[tuple[str, Tags, str, list[tuple[int, Any]]]]
 
 def _add(b: PointBatch, channel: Any, ts: Any, value: Any) -> None:
     """A point as the element readers append it: the fast path, else the checked one."""
-    if not b.add_fast((channel, ts, value)):
+    if not b.add_fast(channel, ts, value):
         b.add_tagged(channel, ts, value, None)
 
 
@@ -164,12 +164,12 @@ def test_points_untagged_and_tagged_in_first_seen_series_order() -> None:
 
 def test_add_fast_takes_only_floats_of_known_untagged_double_series() -> None:
     b = PointBatch({"site": "a"})
-    assert not b.add_fast(("x", BASE, 1.0))  # not known yet: the checked path pins it
+    assert not b.add_fast("x", BASE, 1.0)  # not known yet: the checked path pins it
     b.add_tagged("x", BASE, 1.0, None)
     b.add_tagged("s", BASE, "text", None)
     b.add_tagged("i", BASE, 1, None)
     b.add_tagged("t", BASE, 1.0, {"k": "v"})
-    assert b.add_fast(("x", BASE + 1, 2.0))
+    assert b.add_fast("x", BASE + 1, 2.0)
     refused = [
         ("x", BASE, 1),  # an int: a double series refuses it, on the checked path
         ("x", 1.5, 1.0),
@@ -182,17 +182,14 @@ def test_add_fast_takes_only_floats_of_known_untagged_double_series() -> None:
         ("t", BASE, 1.0),  # a tagged series' channel: the untagged series is not known
         ("y", BASE, 1.0),
         (["x"], BASE, 1.0),
-        ("x", BASE),
-        ("x", BASE, 1.0, None),
-        (),
     ]
     for point in refused:
-        assert not b.add_fast(point), point
+        assert not b.add_fast(*point), point
     assert b.points == 5
     b.take()
-    assert b.add_fast(("x", BASE + 2, 3.0))  # pins outlive take()
+    assert b.add_fast("x", BASE + 2, 3.0)  # pins outlive take()
     b.clear()
-    assert b.points == 0 and not b.add_fast(("x", BASE + 3, 4.0))  # but not clear()
+    assert b.points == 0 and not b.add_fast("x", BASE + 3, 4.0)  # but not clear()
     _add(b, "x", BASE + 3, "now text")
     assert_taken(b, [("x", (("site", "a"),), "string", [(BASE + 3, "now text")])])
 
