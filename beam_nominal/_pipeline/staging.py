@@ -11,7 +11,7 @@ What the batch holds, by how points arrive:
 * single points: one flat list of ``(series code, int ns, value)`` triples. Ints, floats and
   strs are not tracked by the garbage collector; thousands of kept tuples would be, at a
   collection every 700. A point of a known series whose value is of the series' unchecked type
-  (a float in a double series) costs a dict lookup and one ``list.extend``.
+  (a float in a double series) costs a dict lookup and three list appends.
 * wide records ``(ts, {channel: value})``: one row (the record's values as a list) per record,
   in a block per channel set, value types and tags, checked by comparing two tuples built in C.
 * columns (series elements, Arrow tables, and the two above once settled): numpy chunks per

@@ -11,8 +11,9 @@ Life cycle (Beam reuses one instance for many bundles, one instance per concurre
   buffer, request sequence and delivery report, so request cut points depend only on the
   bundle's data and a retried bundle re-sends byte-identical requests, which carry the same
   idempotency keys. Cheap: no thread, no connection.
-* ``process``: an ordinary method. The element's reader appends it to the bundle's
-  ``PointBatch``, which checks it whole; a bad element is returned at once, as this call's only
+* ``process``: an ordinary method. A plain point of a known double series is appended in the
+  call itself; any other element, by its reader, to the bundle's ``PointBatch``, which checks it
+  whole; a bad element is returned at once, as this call's only
   output, so Beam gives the ``FailedElement`` the element's own timestamp and windows (and
   runners that drop what ``finish_bundle`` outputs, such as Dask's, still see it). Every
   ``HANDOVER_POINTS`` points the batch goes to the stream in one call; the stream cuts requests

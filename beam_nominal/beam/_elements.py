@@ -97,8 +97,8 @@ def is_row(element: Any) -> bool:
 def reader_for(element: Any, batch: PointBatch, timestamp_field: str) -> Reader:
     """The reader for elements of ``type(element)``, appending to ``batch``.
 
-    A reader may assume ``batch.add_fast`` already refused the element when it is a plain tuple
-    (the DoFn tries that first, see ``_dofn.WriteDoFn.process``).
+    A reader may assume the fast path already refused the element when it is a plain tuple
+    (``_dofn.WriteDoFn.process`` tries that first).
 
     Raises:
         ElementError: the class is not an element shape.
