@@ -806,7 +806,7 @@ def _tag_items(tags: Any) -> tuple[tuple[str, str], ...]:
 
 def is_column(value: Any) -> bool:
     """Whether a field holds a column (of a series element) rather than one value."""
-    return isinstance(value, (np.ndarray, list, tuple)) or _is_arrow_array(value)
+    return type(value) is np.ndarray or isinstance(value, (np.ndarray, list, tuple)) or _is_arrow_array(value)
 
 
 def _is_arrow_array(value: Any) -> bool:
@@ -815,6 +815,8 @@ def _is_arrow_array(value: Any) -> bool:
 
 
 def _as_column(value: Any) -> Any:
+    if type(value) is np.ndarray:  # the common case, before the slower module and ABC tests
+        return value
     if _is_arrow_array(value):
         return value.to_numpy(zero_copy_only=False)
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes, list, tuple)):
