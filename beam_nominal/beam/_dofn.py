@@ -282,28 +282,32 @@ class WriteDoFn(beam.DoFn):
         # call costs more than the rule (instructions a point in docs/benchmarks.md;
         # tests/unit/test_fast_path.py holds both copies to the same points).
         cls = type(element)
+        full = False
         try:
-            if cls is tuple:
+            if cls is tuple or cls in self._points:
                 channel, ts, value = element
             elif cls is dict or cls in self._rows:
                 fields = element if cls is dict else vars(element)  # a Row's fields, in place
-                if len(fields) != 3:
-                    raise KeyError  # a point with tags, or not a point
-                channel, ts, value = fields["channel"], fields[self._timestamp_field], fields["value"]
-            elif cls in self._points:
-                channel, ts, value = element
+                if len(fields) == 3:
+                    channel, ts, value = fields["channel"], fields[self._timestamp_field], fields["value"]
+                else:
+                    ts = None  # a point with tags, or no point: its reader
             else:
-                raise KeyError
-            if type(value) is float and type(ts) is int and -9223372036854775808 < ts <= 9223372036854775807:
+                ts = None
+            if type(ts) is int and type(value) is float and -9223372036854775808 < ts <= 9223372036854775807:
                 flat = batch.flat
                 flat.append(batch.fast[channel])  # three appends: cheaper than one of a tuple
                 flat.append(ts)
                 flat.append(value)
-                if len(flat) >= self._flat_limit:
-                    self._stream.enqueue_chunks(batch.take())
-                return ()
-        except (KeyError, TypeError, ValueError):  # not a point of this shape, or its channel is not one
+                if len(flat) < self._flat_limit:
+                    return ()
+                full = True
+        except (KeyError, TypeError, ValueError):  # not a point of this shape, or not a known channel
             pass
+        if full:
+            # Outside the try: a failed hand-over must fail the bundle, not pass for a slow element.
+            self._stream.enqueue_chunks(batch.take())
+            return ()
         try:
             read = self._readers.get(cls) or self._reader(element)
             read(element)

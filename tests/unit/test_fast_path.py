@@ -159,3 +159,18 @@ def test_points_after_a_wide_row_take_the_checked_path(dofn: WriteDoFn) -> None:
     reference.add_record(B, {"c": 1.5, "d": 2.5})
     assert not reference.add_fast("c", B + 1, 0.5)
     assert not _taken_inline(dofn, ("c", B + 1, 0.5))[0]
+
+
+def test_a_failed_hand_over_on_the_fast_path_is_raised_not_taken_for_a_slow_element(dofn: WriteDoFn) -> None:
+    # The hand-over runs outside the fast path's own try: were its error taken for "not a fast
+    # point", the element would be read again into the emptied batch and the points handed over
+    # with it would be gone without a word.
+    from beam_nominal.errors import SeriesTypeError
+
+    dofn._stream.enqueue("c", B - 5, "text")  # the stream pins "c" to string; the batch will not know
+    dofn._flat_limit = 6  # hand over at the second point
+    assert list(dofn.process(("c", B, 0.5))) == []  # new to the batch: its reader pins it double
+    assert dofn._batch.fast == {"c": 0}
+    with pytest.raises(SeriesTypeError):
+        dofn.process(("c", B + 1, 0.5))
+    assert dofn._batch.flat == []
