@@ -22,7 +22,10 @@ from typing import Any, NamedTuple
 
 from beam_nominal._pipeline.staging import ElementError, PointBatch, is_column
 
-__all__ = ["ELEMENT_ERRORS", "ElementError", "FailedElement", "is_point_fields", "is_row", "reader_for"]
+__all__ = ["ELEMENT_ERRORS", "SHAPE_FIELDS", "ElementError", "FailedElement", "is_point_fields", "is_row", "reader_for"]
+
+#: Field names the shapes give a meaning of their own: no timestamp field may take one.
+SHAPE_FIELDS = frozenset({"channel", "channels", "tags", "timestamps", "value", "values"})
 
 #: What a reader or the batch raises for a bad element (SeriesTypeError is a TypeError).
 ELEMENT_ERRORS = (TypeError, ValueError, KeyError)

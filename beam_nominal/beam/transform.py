@@ -28,6 +28,7 @@ from apache_beam.transforms.window import FixedWindows, GlobalWindows, Sessions,
 
 from beam_nominal._pipeline.staging import PointBatch
 from beam_nominal.beam._dofn import FAILED_TAG, SinkConfig, ToChunksDoFn, WriteChunksDoFn, WriteDoFn
+from beam_nominal.beam._elements import SHAPE_FIELDS as _SHAPE_FIELDS
 from beam_nominal.settings import resolve
 from beam_nominal.targets._factory import http_options
 from beam_nominal.targets.avro_prefix import AvroPrefixTarget, WrittenFile, is_prefix
@@ -199,6 +200,12 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             local_data_dir = DEFAULT_LOCAL_DATA_DIR
         if not isinstance(timestamp_field, str) or not timestamp_field:
             raise ValueError(f"timestamp_field must be a non-empty string, got {timestamp_field!r}")
+        if timestamp_field in _SHAPE_FIELDS:
+            # Such a field would mean two things in one element (a point's tags and its time).
+            raise ValueError(
+                f"timestamp_field {timestamp_field!r} is a field name of the element shapes "
+                f"({', '.join(sorted(_SHAPE_FIELDS))}); name the timestamp field otherwise"
+            )
         if cross_bundle_batching is not None and not isinstance(cross_bundle_batching, bool):
             raise TypeError(f"cross_bundle_batching must be True, False or None, got {cross_bundle_batching!r}")
         if batch_size < 1:
