@@ -806,7 +806,7 @@ def _tag_items(tags: Any) -> tuple[tuple[str, str], ...]:
 
 def is_column(value: Any) -> bool:
     """Whether a field holds a column (of a series element) rather than one value."""
-    return type(value) is np.ndarray or isinstance(value, (np.ndarray, list, tuple)) or _is_arrow_array(value)
+    return isinstance(value, (np.ndarray, list, tuple)) or _is_arrow_array(value)
 
 
 def _is_arrow_array(value: Any) -> bool:

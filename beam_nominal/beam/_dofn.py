@@ -230,6 +230,7 @@ class WriteDoFn(beam.DoFn):
         self._points: set[type] = set()
         #: beam.Row classes seen (a Row's fields are its ``vars``).
         self._rows: set[type] = set()
+        #: config.timestamp_field, one attribute lookup away for process's hot path.
         self._timestamp_field = config.timestamp_field
         #: ``batch.flat`` holds three items per point.
         self._flat_limit = 3 * HANDOVER_POINTS
@@ -319,9 +320,9 @@ class WriteDoFn(beam.DoFn):
 
     def _reader(self, element: Any) -> Reader:
         cls = type(element)
-        read = reader_for(element, self._batch, self._config.timestamp_field)
+        read = reader_for(element, self._batch, self._timestamp_field)
         self._readers[cls] = read
-        if is_point_fields(getattr(cls, "_fields", ()), self._config.timestamp_field):
+        if is_point_fields(getattr(cls, "_fields", ()), self._timestamp_field):
             self._points.add(cls)  # its instances are points as they are (see process)
         elif is_row(element):
             self._rows.add(cls)
