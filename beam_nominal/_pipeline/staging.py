@@ -55,6 +55,8 @@ from beam_nominal.model import MAX_NAME_CHARS, SeriesKey, ValueType, timestamp_n
 __all__ = ["Chunk", "ElementError", "PointBatch", "is_column"]
 
 _INT64_MIN = -(2**63)
+_I64 = np.dtype(np.int64)
+_F64 = np.dtype(np.float64)
 _INT64_MAX = 2**63 - 1
 #: Checked series names a batch keeps from one bundle to the next, at most.
 _KEYS_KEPT = 65536
@@ -370,6 +372,41 @@ class PointBatch:
 
     def add_series(self, channel: Any, timestamps: Any, values: Any, tags: Any = None) -> None:
         """A run of points of one series as two columns (arrays or sequences)."""
+        self._hold(self.series_chunks(channel, timestamps, values, tags))
+
+    def series_chunks(self, channel: Any, timestamps: Any, values: Any, tags: Any = None) -> list[Chunk]:
+        """:meth:`add_series` without holding the points: the element checked and converted and
+        its series registered (so its type is pinned), returned as a chunk (none if empty).
+
+        A stream puts it straight into its buffer, after what the batch holds (which came
+        first): a column passing through the batch's chunks and ``take()`` cost more than
+        checking it (18.7 against 6.4 µs a call of 100 points).
+        """
+        if (
+            type(timestamps) is np.ndarray
+            and type(values) is np.ndarray
+            and timestamps.dtype == _I64
+            and values.dtype == _F64
+            and not tags
+        ):
+            # The common case (int64 ns and float64 arrays of a known double series) without the
+            # general path's dispatch below, whose checks are these, reached through six more
+            # calls. Anything else, an error included, takes the general path.
+            try:
+                slot: _Slot | None = self._untagged.get(channel)
+            except TypeError:  # an unhashable channel
+                slot = None
+            n = len(timestamps)
+            if (
+                slot is not None
+                and slot.vtype is ValueType.DOUBLE
+                and timestamps.ndim == values.ndim == 1
+                and n == len(values)
+                and n
+            ):
+                ts = timestamps.copy()  # copies: callers may reuse their arrays
+                if ts[ts.argmin()] != _INT64_MIN:
+                    return [Chunk(slot.key, ValueType.DOUBLE, ts, values.copy(), (_TS_BYTES + 8) * n)]
         slot, new = self._slot_for(channel, tags)
         timestamps, values = _as_column(timestamps), _as_column(values)
         if not is_column(timestamps):
@@ -387,20 +424,22 @@ class PointBatch:
         except (TypeError, ValueError) as exc:
             raise ElementError("timestamps", f"channel {channel!r:.80}: {exc}") from None
         if not len(ts):
-            return
+            return []
         vt, vals, vbytes = column(channel, values, None if new else slot.vtype)
         if new:
             slot = _Slot(-1, slot.key, vt)
             self._register(slot, channel, tags)
-        self._settle()  # what came before stays before, within the series
-        self._put(slot, ts, vals, vbytes + _TS_BYTES * len(ts))
-        self.counted += len(ts)
+        return [Chunk(slot.key, vt, ts, vals, vbytes + _TS_BYTES * len(ts))]
 
     def add_table(self, table: Any, timestamp_column: str, tags: Any = None) -> None:
         """A pyarrow ``Table``/``RecordBatch``: one channel per column besides the timestamps.
 
         Nulls are gaps. Every column is checked before any is appended.
         """
+        self._hold(self.table_chunks(table, timestamp_column, tags))
+
+    def table_chunks(self, table: Any, timestamp_column: str, tags: Any = None) -> list[Chunk]:
+        """:meth:`add_table` without holding the points (see :meth:`series_chunks`)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -439,12 +478,12 @@ class PointBatch:
             if new:
                 slot = _Slot(-1, slot.key, vt)
             prepared.append((slot, new, name, np.array(ts, dtype=np.int64), vals, vbytes + _TS_BYTES * len(ts)))
-        self._settle()
+        out = []
         for slot, new, name, ts, vals, nbytes in prepared:
             if new:
                 self._register(slot, name, tags)
-            self._put(slot, ts, vals, nbytes)
-            self.counted += len(ts)
+            out.append(Chunk(slot.key, slot.vtype, ts, vals, nbytes))
+        return out
 
     def add_typed(self, channel: Any, ts: Any, vtype: ValueType, value: Any, tags: Any = None) -> None:
         """One point whose value is already converted to ``vtype`` (``enqueue_float_array`` ...)."""
@@ -467,6 +506,11 @@ class PointBatch:
     def add_chunks(self, chunks: Sequence[Chunk]) -> None:
         """Chunks already converted (another batch's :meth:`take`): all checked against the
         series' types before any is appended."""
+        self._hold(self.checked_chunks(chunks))
+
+    def checked_chunks(self, chunks: Sequence[Chunk]) -> list[Chunk]:
+        """:meth:`add_chunks` without holding the points (see :meth:`series_chunks`): every
+        chunk checked against its series' type before any series is registered."""
         seen: dict[SeriesKey, ValueType] = {}
         for chunk in chunks:
             vt = ValueType(chunk.vtype)
@@ -477,8 +521,10 @@ class PointBatch:
                     "column. Nothing from this call was buffered."
                 )
             seen[chunk.key] = vt
+        out: list[Chunk] = []
         for chunk in chunks:
-            self.add_chunk(chunk)
+            out.extend(self._registered(chunk))
+        return out
 
     def vtype_of(self, key: SeriesKey) -> ValueType | None:
         """The type of a series known to the batch, else None."""
@@ -487,19 +533,32 @@ class PointBatch:
 
     def add_chunk(self, chunk: Chunk) -> None:
         """Points already converted by another batch's :meth:`take` (cross-bundle batching)."""
+        self._hold(self._registered(chunk))
+
+    def _registered(self, chunk: Chunk) -> list[Chunk]:
+        """A converted chunk checked against its series' type, its series registered if new:
+        ``[chunk]`` (its type the enum member, which the buffer compares by identity), or
+        ``[]`` if it has no points."""
         key, vt = chunk.key, ValueType(chunk.vtype)
         slot = self._by_key.get(key)
-        had = slot.vtype if slot is not None else self.vtype_of(key)
-        if had is not None and had is not vt:
-            raise SeriesTypeError(f"series {key.describe()} is pinned to {had.value}; got a {vt.value} chunk")
+        if slot is not None and slot.vtype is not vt:
+            raise SeriesTypeError(f"series {key.describe()} is pinned to {slot.vtype.value}; got a {vt.value} chunk")
         if not len(chunk.timestamps):
-            return
-        self._settle()
+            return []
         if slot is None:
             slot = _Slot(-1, key, vt)
             self._register(slot, key.channel, dict(key.tags) if key.tags else None)
-        self._put(slot, chunk.timestamps, chunk.values, chunk.nbytes)
-        self.counted += len(chunk.timestamps)
+        return [chunk if chunk.vtype is vt else chunk._replace(vtype=vt)]
+
+    def _hold(self, chunks: list[Chunk]) -> None:
+        """Hold chunks of registered series, after everything appended before them (so each
+        series keeps its points in arrival order)."""
+        if not chunks:
+            return
+        self._settle()
+        for chunk in chunks:
+            self._put(self._by_key[chunk.key], chunk.timestamps, chunk.values, chunk.nbytes)
+            self.counted += len(chunk.timestamps)
 
     def clear(self) -> None:
         """Drop everything, series and their types included (a new bundle starts afresh).

@@ -656,6 +656,16 @@ BAD: list[tuple[str, Bad, type[Exception], str, str | None]] = [
      "1 timestamps but 2 values", "values"),
     ("series-lengths-2d", lambda b: b.add_series("n.1", [T2], np.ones((2, 3))), ElementError,
      "1 timestamps but 2 values", "values"),
+    # ... a known double series given numpy columns (the short path of series_chunks): every
+    # case it does not take goes the general way, and fails as there
+    ("series-min-timestamp-pinned", lambda b: b.add_series("s.f", np.array([T2, -(2**63)]), np.array([1.0, 2.0])),
+     ElementError, "outside the int64", "timestamps"),
+    ("series-2d-pinned", lambda b: b.add_series("s.f", np.array([T2]), np.ones((1, 2))), SeriesTypeError,
+     "pinned to double", None),
+    ("series-2d-timestamps-pinned", lambda b: b.add_series("s.f", np.array([[T2]]), np.array([1.0])), ElementError,
+     "1-D", "timestamps"),
+    ("series-unhashable-channel", lambda b: b.add_series(["s.f"], np.array([T2]), np.array([1.0])), ElementError,
+     "non-empty string", "channel"),
     ("series-timestamps-not-a-column", lambda b: b.add_series("n.1", T2, [1.0]), ElementError,
      "array or sequence", "timestamps"),
     ("series-values-not-a-column", lambda b: b.add_series("n.1", [T2], 1.0), ElementError, "array or sequence",
