@@ -222,19 +222,10 @@ class _Core:
         """Lock held: move what the PointBatch holds into the buffer."""
         staged = self.staged
         if staged.flat or staged.counted:
-            self._to_buffer(staged.take())
-
-    def put_columns(self, chunks: list[Chunk]) -> None:
-        """Lock held: columns the PointBatch checked (``series_chunks`` ...) straight into the
-        buffer, after what the batch holds, which came first."""
-        self.move_staged()
-        self._to_buffer(chunks)
-
-    def _to_buffer(self, chunks: list[Chunk]) -> None:
-        # Types already agree: the batch checks against its own series, which are the buffer's.
-        buf = self.buffer
-        for chunk in chunks:
-            buf.add_chunk(buf.pin_key(chunk.key, chunk.vtype), chunk.timestamps, chunk.values, chunk.nbytes)
+            add = self.buffer.add
+            for chunk in staged.take():
+                # Types already agree: the batch checks against its own series, the buffer's.
+                add(*chunk)
 
     def cut_and_register(self, final: bool) -> list[Request]:
         self.move_staged()
@@ -264,8 +255,21 @@ class _Core:
         Returns:
             Requests to submit once the lock is released.
         """
-        buf = self.buffer
         self.move_staged()
+        return self.cut_due()
+
+    def put_columns(self, chunks: list[Chunk]) -> list[Request]:
+        """Lock held: :meth:`settled`, with columns the PointBatch checked (``series_chunks``
+        ...) put straight into the buffer after what the batch holds, which came first."""
+        self.move_staged()
+        add = self.buffer.add
+        for chunk in chunks:
+            add(*chunk)
+        return self.cut_due()
+
+    def cut_due(self) -> list[Request]:
+        """Lock held, the buffer settled: cut full requests, update the backpressure flags."""
+        buf = self.buffer
         if buf.nbytes >= self.max_bytes or buf.points >= self.max_points:
             self.cut_and_register(final=False)
         self.full = buf.nbytes + self.in_flight_bytes >= self.budget
@@ -696,7 +700,8 @@ class NominalStream:
             reqs = c.settled()
         finally:
             lock.release()
-        c.submit(reqs)
+        if reqs:
+            c.submit(reqs)
 
     def enqueue_batch(self, channel: str, timestamps: Any, values: Any, tags: Mapping[str, str] | None = None) -> None:
         """Write many points of one series.
@@ -795,20 +800,17 @@ class NominalStream:
             columns = add(*args)
             if c.first_buffered_at is None:
                 c.first_buffered_at = c.clock()
-            if columns is not None:
-                c.put_columns(columns)
             staged = c.staged
-            if (
-                columns is None
-                and len(staged.flat) < c.settle_flat
-                and staged.nbytes < c.max_bytes
-                and staged.counted < c.max_points
-            ):
+            if columns is not None:
+                reqs = c.put_columns(columns)
+            elif len(staged.flat) < c.settle_flat and staged.nbytes < c.max_bytes and staged.counted < c.max_points:
                 return
-            reqs = c.settled()
+            else:
+                reqs = c.settled()
         finally:
             lock.release()
-        c.submit(reqs)
+        if reqs:
+            c.submit(reqs)
 
     # -- delivery and lifecycle ------------------------------------------------------------------
 

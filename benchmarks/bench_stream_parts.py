@@ -59,8 +59,7 @@ def _filled() -> Buffer:
     buf = Buffer()
     for r in range(CHUNKS):
         for i in range(SERIES):
-            s = buf.pin_key(SeriesKey(f"g{i:04d}"), ValueType.DOUBLE)
-            buf.add_chunk(s, ts + r * CHUNK, vals.copy(), 16 * CHUNK)
+            buf.add(SeriesKey(f"g{i:04d}"), ValueType.DOUBLE, ts + r * CHUNK, vals.copy(), 16 * CHUNK)
     return buf
 
 

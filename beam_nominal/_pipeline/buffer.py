@@ -56,13 +56,6 @@ class SeriesBuffer:
             f"got {got}. Nothing from this call was buffered."
         )
 
-    def extend(self, timestamps: I64, values: Any, nbytes: int) -> None:
-        """Append a column chunk (values in SeriesBatch form for this type)."""
-        self.ts_chunks.append(timestamps)
-        self.val_chunks.append(values)
-        self.points += len(timestamps)
-        self.nbytes += nbytes
-
     def _consolidate(self) -> tuple[I64, Any]:
         if len(self.ts_chunks) == 1:
             return self.ts_chunks[0], self.val_chunks[0]
@@ -100,20 +93,21 @@ class Buffer:
         self.points = 0
         self.nbytes = 0
 
-    def pin_key(self, key: SeriesKey, vtype: ValueType) -> SeriesBuffer:
-        """The series of a key whose names are already checked, created with ``vtype`` if new;
+    def add(self, key: SeriesKey, vtype: ValueType, timestamps: I64, values: Any, nbytes: int) -> None:
+        """Append a column chunk (values in SeriesBatch form for ``vtype``; a ``Chunk``'s fields)
+        to the series of a key whose names are already checked, created with ``vtype`` if new;
         SeriesTypeError if it exists with another type."""
         s = self.series.get(key)
         if s is None:
-            s = SeriesBuffer(key, vtype)
-            self.series[key] = s
-        if s.vtype is not vtype:
+            s = self.series[key] = SeriesBuffer(key, vtype)
+        elif s.vtype is not vtype:
             raise s.conflict(vtype.value)
-        return s
-
-    def add_chunk(self, s: SeriesBuffer, timestamps: I64, values: Any, nbytes: int) -> None:
-        s.extend(timestamps, values, nbytes)
-        self.points += len(timestamps)
+        n = len(timestamps)
+        s.ts_chunks.append(timestamps)
+        s.val_chunks.append(values)
+        s.points += n
+        s.nbytes += nbytes
+        self.points += n
         self.nbytes += nbytes
 
     def pending(self) -> Iterator[SeriesBuffer]:

@@ -16,29 +16,34 @@ def _drain(s) -> tuple[list[int], list[object]]:  # type: ignore[no-untyped-def]
     return ts.tolist(), (vals.tolist() if isinstance(vals, np.ndarray) else list(vals))
 
 
+_NO_TS = np.empty(0, dtype=np.int64)
+
+
 def test_pin_conflict_names_channel_tags_and_both_types() -> None:
     buf = Buffer()
-    buf.pin_key(SeriesKey.of("temp", {"site": "a"}), ValueType.DOUBLE)
+    buf.add(SeriesKey.of("temp", {"site": "a"}), ValueType.DOUBLE, np.array([1]), np.array([1.0]), 24)
     with pytest.raises(SeriesTypeError) as info:
-        buf.pin_key(SeriesKey.of("temp", {"site": "a"}), ValueType.STRING)
+        buf.add(SeriesKey.of("temp", {"site": "a"}), ValueType.STRING, np.array([2]), ["x"], 24)
     msg = str(info.value)
     assert "'temp'" in msg and "site=a" in msg and "double" in msg and "string" in msg
     assert isinstance(info.value, TypeError)
+    assert buf.points == 1 and buf.nbytes == 24  # nothing of the refused chunk
     # Another tag set is another series and takes its own type.
-    assert buf.pin_key(SeriesKey.of("temp", {"site": "b"}), ValueType.STRING).vtype is ValueType.STRING
+    buf.add(SeriesKey.of("temp", {"site": "b"}), ValueType.STRING, _NO_TS, [], 0)
+    assert buf.series[SeriesKey.of("temp", {"site": "b"})].vtype is ValueType.STRING
 
 
 def test_none_and_empty_tags_are_one_series() -> None:
     buf = Buffer()
-    a = buf.pin_key(SeriesKey.of("x", None), ValueType.INT64)
-    assert buf.pin_key(SeriesKey.of("x", {}), ValueType.INT64) is a
+    buf.add(SeriesKey.of("x", None), ValueType.INT64, _NO_TS, np.empty(0, dtype=np.int64), 0)
+    buf.add(SeriesKey.of("x", {}), ValueType.INT64, _NO_TS, np.empty(0, dtype=np.int64), 0)
     assert list(buf.series) == [SeriesKey("x")]
 
 
 def test_take_splits_a_series_and_keeps_the_rest() -> None:
     buf = Buffer()
-    s = buf.pin_key(SeriesKey("x"), ValueType.DOUBLE)
-    buf.add_chunk(s, np.arange(10, dtype=np.int64), np.arange(10, dtype=np.float64), 240)
+    buf.add(SeriesKey("x"), ValueType.DOUBLE, np.arange(10, dtype=np.int64), np.arange(10, dtype=np.float64), 240)
+    s = buf.series[SeriesKey("x")]
     ts, vals, nbytes = s.take(4)
     assert ts.tolist() == [0, 1, 2, 3] and vals.tolist() == [0.0, 1.0, 2.0, 3.0] and nbytes == 96
     assert s.points == 6 and s.nbytes == 144

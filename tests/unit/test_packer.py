@@ -14,9 +14,8 @@ from beam_nominal.model import SeriesKey, ValueType
 
 def _fill(buf: Buffer, series: int, points: int) -> None:
     for i in range(series):
-        s = buf.pin_key(SeriesKey.of(f"ch{i}", {"i": str(i)}), ValueType.DOUBLE)
         ts = np.arange(points, dtype=np.int64) + 10**18
-        buf.add_chunk(s, ts, np.full(points, float(i)), 24 * points)
+        buf.add(SeriesKey.of(f"ch{i}", {"i": str(i)}), ValueType.DOUBLE, ts, np.full(points, float(i)), 24 * points)
 
 
 def _cut(buf: Buffer, final: bool, max_bytes: int = 1 << 20, max_points: int = 10**6):  # type: ignore[no-untyped-def]
@@ -93,10 +92,9 @@ def test_every_point_in_exactly_one_request_in_order(sizes: list[int], max_point
     cuts = []
     for i, n in enumerate(sizes):
         ch = f"c{i % 7}"  # some series get several chunks
-        s = buf.pin_key(SeriesKey(ch), ValueType.DOUBLE)
         start = len(expected.setdefault(ch, []))
         ts = np.arange(start, start + n, dtype=np.int64)
-        buf.add_chunk(s, ts, ts.astype(np.float64), 24 * n)
+        buf.add(SeriesKey(ch), ValueType.DOUBLE, ts, ts.astype(np.float64), 24 * n)
         expected[ch].extend(range(start, start + n))
         cuts += cut_requests(
             buf, dataset_rid="ri.x.1", max_bytes=max_kib * 1024, max_points=max_points, final=False, next_seq=len(cuts)
