@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _stream_fakes import RecordingTarget
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from beam_nominal._pipeline.values import double_rows_column, float_row
 from beam_nominal.model import SeriesKey
@@ -97,3 +99,41 @@ def test_a_tail_of_same_width_lists_becomes_one_matrix_and_anything_else_stays_r
     assert isinstance(mixed, list) and [r.tolist() for r in mixed] == [*matrix.tolist(), [1.0, 2.0]]
     ragged = double_rows_column([float_row("c", [1.0]), float_row("c", [1.0, 2.0])])
     assert isinstance(ragged, list) and [r.tolist() for r in ragged] == [[1.0], [1.0, 2.0]]
+
+
+_ELEMENTS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(2**60), max_value=2**60),
+    st.sampled_from([2**53, -(2**53), 2**53 + 1, -(2**53) - 1, 2**63, True, False, 2.0**53, -(2.0**54)]),
+    st.floats(width=32).map(np.float64),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_ELEMENTS, max_size=200))
+def test_float_row_refuses_exactly_the_rows_holding_an_int_a_double_cannot_hold(row: list[object]) -> None:
+    # Short rows prove exactness by comparing lists, long ones (80 and up) by numpy reductions:
+    # lengths up to 200 cover both, NaNs included (which hide a maximum from plain max()).
+    # An int beyond 2**53 that is a double itself (2**63) is exact, so it passes.
+    inexact = any(type(v) is int and float(v) != v for v in row)
+    if inexact:
+        with pytest.raises(TypeError, match="not exact as a double"):
+            float_row("c", row)
+        return
+    out = float_row("c", row)
+    expected = np.array([float(v) for v in row], dtype=np.float64)  # type: ignore[arg-type]
+    assert np.frombuffer(out, dtype=np.float64).tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("fill", [0.5, math.nan, -math.inf])
+@pytest.mark.parametrize("bad", [2**53 + 1, -(2**53) - 1, 2**62 + 1])
+@pytest.mark.parametrize(("length", "at"), [(8, 0), (79, 78), (80, 0), (80, 79), (513, 256)])
+def test_float_row_finds_an_inexact_int_anywhere_in_a_short_or_long_row(
+    fill: float, bad: int, length: int, at: int
+) -> None:
+    row: list[object] = [fill] * length
+    row[at] = bad
+    with pytest.raises(TypeError, match=f"integer {bad} in a double array"):
+        float_row("c", row)
+    row[at] = 2**63 if bad > 0 else -(2**63)  # beyond 2**53 but a double itself: exact
+    assert np.frombuffer(float_row("c", row), dtype=np.float64)[at] == float(row[at])  # type: ignore[arg-type]
