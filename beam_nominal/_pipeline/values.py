@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import struct
+import sys
 from array import array as _DoubleRow
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -222,25 +223,26 @@ def float_row(channel: str, row: Any) -> Any:
         packer = _ROW_PACKERS.get(n) or _row_packer(n)
         try:
             # struct converts a list of numbers in about half the instructions array('d', row)
-            # takes (6,800 against 9,400 a row of 8 with the check below; 178,000 against
-            # 273,000 a row of 512, callgrind), with the same rules (__float__, then __index__).
-            out = _DoubleRow("d", packer(*row))
-        except struct.error:
-            out = _DoubleRow("d", _checked_numbers(channel, row))  # raises, saying what is wrong
-        # Prove that no int lost precision. A short row: Python compares a float and an int
-        # exactly, so one C-level list comparison does it, and only a row that differs (an int
-        # beyond 2**53, or a NaN) is looked at element by element. A long row: an int beyond
-        # 2**53 becomes a double of magnitude 2**53 or more, which two numpy reductions find
-        # (NaN-blind: fmax/fmin skip NaNs) for a fixed ~24,000 instructions where the list
-        # comparison costs ~250 an element (crossover ~75 elements).
+            # takes (callgrind), with the same rules (__float__, then __index__).
+            packed = packer(*row)
+        except struct.error as exc:
+            raise _not_numbers(channel, row, exc) from None
+        # Prove that no int lost precision: an int beyond 2**53 (a Python or a numpy one) becomes
+        # a double of magnitude 2**53 or more, so a row without one is exact, and only a row
+        # with one (or with a NaN or inf, which the short test counts too) is looked at element
+        # by element. A short row tests every double's exponent at once, as one Python int; a
+        # long one with two numpy reductions (a fixed ~24,000 instructions: cheaper from ~75
+        # doubles).
         if n < _NUMPY_CHECK_FROM:
-            if out.tolist() != row:
+            exponents, offset, carry = _LANES[n]
+            if ((int.from_bytes(packed, sys.byteorder) >> 52) & exponents) + offset & carry:
                 _check_exact_ints(channel, row)
         elif n:
-            a = np.frombuffer(out, dtype=np.float64)
+            a = np.frombuffer(packed, dtype=np.float64)
+            # fmax/fmin skip NaNs, which are no ints.
             if _fmax(a) >= _EXACT_INT or _fmin(a) <= -_EXACT_INT:
                 _check_exact_ints(channel, row)
-        return out
+        return _DoubleRow("d", packed)
     return float_array_row(channel, row)
 
 
@@ -252,14 +254,26 @@ _ROW_PACKERS: dict[int, Callable[..., bytes]] = {}
 _PACKERS_KEPT = 4096
 
 
-def _checked_numbers(channel: str, row: list[Any]) -> list[Any]:
-    """The row if array('d') takes it, else the TypeError naming the problem (struct's own
-    message says only "required argument is not a float", also for an int too large)."""
+def _lanes(n: int) -> tuple[int, int, int]:
+    """Masks testing n packed doubles, as one int of 64-bit lanes, for a biased exponent of
+    1076 (2**53) or more: shifted right 52 bits, each lane's low 11 bits are its double's
+    exponent; adding 2048 - 1076 sets the lane's bit 11 exactly when the exponent reaches 1076,
+    and cannot carry into the next lane (2047 + 972 < 4096)."""
+    ones = sum(1 << (64 * k) for k in range(n))
+    return 0x7FF * ones, (2048 - 1076) * ones, 0x800 * ones
+
+
+_LANES = [_lanes(n) for n in range(_NUMPY_CHECK_FROM)]
+
+
+def _not_numbers(channel: str, row: list[Any], exc: Exception) -> TypeError:
+    """The error for a row struct refused: array('d')'s message where it has one (struct's
+    says only "required argument is not a float", also for an int too large)."""
     try:
         _DoubleRow("d", row)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}") from None
-    return row
+    except (TypeError, ValueError, OverflowError) as better:
+        exc = better
+    return TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}")
 
 
 def _row_packer(n: int) -> Callable[..., bytes]:
