@@ -397,14 +397,13 @@ class PointBatch:
                 slot: _Slot | None = self._untagged.get(channel)
             except TypeError:  # an unhashable channel
                 slot = None
-            n = len(timestamps)
             if (
                 slot is not None
                 and slot.vtype is ValueType.DOUBLE
                 and timestamps.ndim == values.ndim == 1
-                and n == len(values)
-                and n
+                and len(timestamps) == len(values) != 0
             ):
+                n = len(timestamps)
                 ts = timestamps.copy()  # copies: callers may reuse their arrays
                 if ts[ts.argmin()] != _INT64_MIN:
                     return [Chunk(slot.key, ValueType.DOUBLE, ts, values.copy(), (_TS_BYTES + 8) * n)]
@@ -459,7 +458,10 @@ class PointBatch:
                 dtype=np.int64,
             )
         elif pa.types.is_integer(tcol.type):
-            ts_all = timestamps_ns(tcol.combine_chunks().to_numpy())
+            try:
+                ts_all = timestamps_ns(tcol.combine_chunks().to_numpy())
+            except (TypeError, ValueError) as exc:
+                raise ElementError(timestamp_column, str(exc)) from None
         else:
             raise ElementError(timestamp_column, f"timestamp column has type {tcol.type}; use timestamp or int64 ns")
         prepared: list[tuple[_Slot, bool, str, Any, Any, int]] = []
@@ -871,7 +873,9 @@ def _tag_items(tags: Any) -> tuple[tuple[str, str], ...]:
 
 def is_column(value: Any) -> bool:
     """Whether a field holds a column (of a series element) rather than one value."""
-    return isinstance(value, (np.ndarray, list, tuple)) or _is_arrow_array(value)
+    if isinstance(value, np.ndarray):
+        return value.ndim > 0  # a 0-d array is one value
+    return isinstance(value, (list, tuple)) or _is_arrow_array(value)
 
 
 def _is_arrow_array(value: Any) -> bool:
