@@ -803,7 +803,7 @@ def _point_bytes(value: Any) -> int:
     """Rough encoded bytes of one converted value and its timestamp (for hand-over sizes)."""
     if type(value) is str:
         return 24 + text_bytes((value,))
-    if type(value) is list:  # a string array
+    if type(value) is tuple:  # a string array (values.string_row)
         return 24 + text_bytes(value) + 2 * len(value)
     try:
         return 24 + 8 * len(value)  # a double-array row

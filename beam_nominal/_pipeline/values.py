@@ -228,42 +228,23 @@ def float_row(channel: str, row: Any) -> Any:
         except struct.error as exc:
             raise _not_numbers(channel, row, exc) from None
         # Prove that no int lost precision: an int beyond 2**53 (a Python or a numpy one) becomes
-        # a double of magnitude 2**53 or more, so a row without one is exact, and only a row
-        # with one (or with a NaN or inf, which the short test counts too) is looked at element
-        # by element. A short row tests every double's exponent at once, as one Python int; a
-        # long one with two numpy reductions (a fixed ~24,000 instructions: cheaper from ~75
-        # doubles).
-        if n < _NUMPY_CHECK_FROM:
-            exponents, offset, carry = _LANES[n]
-            if ((int.from_bytes(packed, sys.byteorder) >> 52) & exponents) + offset & carry:
-                _check_exact_ints(channel, row)
-        elif n:
-            a = np.frombuffer(packed, dtype=np.float64)
-            # fmax/fmin skip NaNs, which are no ints.
-            if _fmax(a) >= _EXACT_INT or _fmin(a) <= -_EXACT_INT:
-                _check_exact_ints(channel, row)
+        # a double of magnitude 2**53 or more. A double's top byte holds its sign and the top
+        # seven bits of its exponent, so one C-level pass over the top bytes finds every double
+        # of 2**49 or more (NaN and inf too), and only a row holding one is looked at element
+        # by element. (A list comparison missed numpy ints, which compare with floats lossily.)
+        if packed[_TOP_BYTE::8].translate(None, _TOP_BYTES_BELOW_2_49):
+            _check_exact_ints(channel, row)
         return _DoubleRow("d", packed)
     return float_array_row(channel, row)
 
 
-#: Rows this long or longer prove their ints exact with numpy reductions (see float_row).
-_NUMPY_CHECK_FROM = 80
-_fmax, _fmin = np.fmax.reduce, np.fmin.reduce
+#: Where a packed double's sign-and-exponent byte is, and the values it has for a magnitude
+#: under 2**49 (biased exponent under 0x430: 0x43 in its top seven bits).
+_TOP_BYTE = 7 if sys.byteorder == "little" else 0
+_TOP_BYTES_BELOW_2_49 = bytes(b for b in range(256) if (b & 0x7F) < 0x43)
 #: Row length -> its struct packer ("<n>d"), for the row lengths seen (at most _PACKERS_KEPT).
 _ROW_PACKERS: dict[int, Callable[..., bytes]] = {}
 _PACKERS_KEPT = 4096
-
-
-def _lanes(n: int) -> tuple[int, int, int]:
-    """Masks testing n packed doubles, as one int of 64-bit lanes, for a biased exponent of
-    1076 (2**53) or more: shifted right 52 bits, each lane's low 11 bits are its double's
-    exponent; adding 2048 - 1076 sets the lane's bit 11 exactly when the exponent reaches 1076,
-    and cannot carry into the next lane (2047 + 972 < 4096)."""
-    ones = sum(1 << (64 * k) for k in range(n))
-    return 0x7FF * ones, (2048 - 1076) * ones, 0x800 * ones
-
-
-_LANES = [_lanes(n) for n in range(_NUMPY_CHECK_FROM)]
 
 
 def _not_numbers(channel: str, row: list[Any], exc: Exception) -> TypeError:
@@ -321,16 +302,22 @@ def float_array_row(channel: str, row: Any) -> npt.NDArray[np.float64]:
     return arr
 
 
-def string_row(channel: str, row: Any) -> list[str]:
-    """One string-array value as a fresh list of str (the caller may reuse its list)."""
-    if type(row) is list:
-        out = row.copy()
+def string_row(channel: str, row: Any) -> tuple[str, ...]:
+    """One string-array value as a fresh tuple of str (the caller may reuse its list).
+
+    A tuple, not a list: the garbage collector stops tracking a tuple of strs at its first
+    collection, where it would walk a list's strings at every collection for as long as the row
+    is buffered (a third of the instructions of ``enqueue_string_array`` of 32 strings).
+    """
+    out: tuple[Any, ...]
+    if type(row) is list or type(row) is tuple:
+        out = tuple(row)
     elif isinstance(row, np.ndarray):
-        out = row.tolist()
+        out = tuple(row.tolist())
     elif isinstance(row, (str, bytes, Mapping)) or not isinstance(row, Sequence):
         raise TypeError(f"channel {channel!r}: a string array must be a sequence of str, got {row!r:.80}")
     else:
-        out = list(row)
+        out = tuple(row)
     try:
         joined = "".join(out)  # one C-level pass: refuses non-str elements
     except TypeError:
@@ -400,7 +387,7 @@ def column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueTy
         inner = first[0] if len(first) else None
         if isinstance(inner, str):
             vt = check_pin(channel, pinned, ValueType.STRING_ARRAY)
-            srows: list[list[str]] = []
+            srows: list[tuple[str, ...]] = []
             nbytes = 0
             for r in values:
                 row = string_row(channel, r)

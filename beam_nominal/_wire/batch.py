@@ -17,7 +17,7 @@ class SeriesBatch:
 
     ``values`` by type: DOUBLE/INT64/UINT64 a 1-D ndarray of float64/int64/uint64; STRING and
     STRUCT (JSON text) a list of str; DOUBLE_ARRAY a list of 1-D float64 ndarrays, or one
-    (rows, width) float64 matrix when all rows share a width; STRING_ARRAY a list of lists of
+    (rows, width) float64 matrix when all rows share a width; STRING_ARRAY a list of sequences of
     str. ``len(values) == len(timestamps)`` always.
     """
 

@@ -104,7 +104,7 @@ def test_a_tail_of_same_width_lists_becomes_one_matrix_and_anything_else_stays_r
 _ELEMENTS = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.integers(min_value=-(2**60), max_value=2**60),
-    st.sampled_from([2**53, -(2**53), 2**53 + 1, -(2**53) - 1, 2**63, True, False, 2.0**53, -(2.0**54)]),
+    st.sampled_from([2**53, -(2**53), 2**53 + 1, -(2**53) - 1, 2**63, True, False, 2.0**53, -(2.0**54), 2.0**49]),
     st.floats(width=32).map(np.float64),
     st.integers(min_value=-(2**63), max_value=2**63 - 1).map(np.int64),  # numpy compares these lossily
 )
@@ -113,9 +113,9 @@ _ELEMENTS = st.one_of(
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_ELEMENTS, max_size=200))
 def test_float_row_refuses_exactly_the_rows_holding_an_int_a_double_cannot_hold(row: list[object]) -> None:
-    # Short rows prove exactness by comparing lists, long ones (80 and up) by numpy reductions:
-    # lengths up to 200 cover both, NaNs included (which hide a maximum from plain max()).
-    # An int beyond 2**53 that is a double itself (2**63) is exact, so it passes.
+    # Rows with NaNs, infs, values just under and over 2**49 and 2**53 (where float_row starts
+    # looking element by element), Python and numpy ints. An int beyond 2**53 that is a double
+    # itself (2**63) is exact, so it passes.
     inexact = any(type(v) in (int, np.int64) and float(v) != int(v) for v in row)  # type: ignore[call-overload]
     if inexact:
         with pytest.raises(TypeError, match="not exact as a double"):

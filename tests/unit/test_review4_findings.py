@@ -25,11 +25,11 @@ _BEYOND = [np.int64(2**53 + 1), np.int64(-(2**53) - 1), np.uint64(2**64 - 1), np
 @pytest.mark.parametrize("bad", _BEYOND, ids=repr)
 @pytest.mark.parametrize("length", [1, 8, 79, 80, 200])
 def test_a_numpy_int_a_double_cannot_hold_is_refused_in_a_list_row_of_any_length(bad: object, length: int) -> None:
-    # A tuple row refuses it (float_array_row checks every element), and since ca68857 so does
-    # a list row of 80 or more (the numpy reductions see its magnitude); a shorter list row
-    # proves exactness by comparing the row with its doubles, and numpy compares an int64 with
-    # a float by converting the int64 to a double, so the rounded value compares equal and the
-    # row is accepted with 2**53 + 1 silently stored as 2**53.
+    # A tuple row refuses it (float_array_row checks every element). A list row used to prove
+    # exactness by comparing the row with its doubles, and numpy compares an int64 with a float
+    # by converting the int64 to a double, so the rounded value compared equal and the row was
+    # accepted with 2**53 + 1 silently stored as 2**53 (rows of 80 or more were refused since
+    # ca68857; since 325bdec float_row tests the doubles' magnitudes at any length).
     row: list[object] = [0.5] * length
     row[length // 2] = bad
     with pytest.raises(TypeError, match=f"integer {int(bad)} in a double array"):  # type: ignore[call-overload]
