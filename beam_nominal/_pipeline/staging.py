@@ -518,8 +518,11 @@ class PointBatch:
 
     def checked_chunks(self, chunks: Sequence[Chunk]) -> list[Chunk]:
         """:meth:`add_chunks` without holding the points (see :meth:`series_chunks`): every
-        chunk checked against its series' type before any series is registered."""
+        chunk checked (its type against its series', its columns and tags readable) before any
+        series is registered; returns the chunks with points, each typed by the enum member
+        (which the buffer compares by identity)."""
         seen: dict[SeriesKey, ValueType] = {}
+        out: list[Chunk] = []
         for chunk in chunks:
             vt = ValueType(chunk.vtype)
             had = seen.get(chunk.key) or self.vtype_of(chunk.key)
@@ -529,9 +532,12 @@ class PointBatch:
                     "column. Nothing from this call was buffered."
                 )
             seen[chunk.key] = vt
-        out: list[Chunk] = []
-        for chunk in chunks:
-            out.extend(self._registered(chunk))
+            if len(chunk.timestamps):
+                out.append(chunk if chunk.vtype is vt else chunk._replace(vtype=vt))
+        new = [(c.key, dict(c.key.tags) if c.key.tags else None) for c in out if c.key not in self._by_key]
+        for key, tags in new:
+            if key not in self._by_key:  # (a key may come twice)
+                self._register(_Slot(-1, key, seen[key]), key.channel, tags)
         return out
 
     def vtype_of(self, key: SeriesKey) -> ValueType | None:
@@ -541,22 +547,7 @@ class PointBatch:
 
     def add_chunk(self, chunk: Chunk) -> None:
         """Points already converted by another batch's :meth:`take` (cross-bundle batching)."""
-        self._hold(self._registered(chunk))
-
-    def _registered(self, chunk: Chunk) -> list[Chunk]:
-        """A converted chunk checked against its series' type, its series registered if new:
-        ``[chunk]`` (its type the enum member, which the buffer compares by identity), or
-        ``[]`` if it has no points."""
-        key, vt = chunk.key, ValueType(chunk.vtype)
-        slot = self._by_key.get(key)
-        if slot is not None and slot.vtype is not vt:
-            raise SeriesTypeError(f"series {key.describe()} is pinned to {slot.vtype.value}; got a {vt.value} chunk")
-        if not len(chunk.timestamps):
-            return []
-        if slot is None:
-            slot = _Slot(-1, key, vt)
-            self._register(slot, key.channel, dict(key.tags) if key.tags else None)
-        return [chunk if chunk.vtype is vt else chunk._replace(vtype=vt)]
+        self._hold(self.checked_chunks((chunk,)))
 
     def _hold(self, chunks: list[Chunk]) -> None:
         """Hold chunks of registered series, after everything appended before them (so each

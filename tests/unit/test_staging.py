@@ -795,3 +795,22 @@ if __name__ == "__main__":
     # The subprocess must import the same beam_nominal as the test (the checkout under test).
     assert os.path.dirname(os.path.dirname(os.path.abspath(beam_nominal.__file__))) == os.environ["PYTHONPATH"]
     print(_digest())
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Chunk(SeriesKey("x.bad"), ValueType.DOUBLE, None, None, 0),  # columns that are not columns
+        Chunk(SeriesKey("x.bad", (("k",),)), ValueType.DOUBLE, np.array([BASE]), np.array([1.0]), 24),  # tags
+        Chunk(SeriesKey("x.bad"), "no such type", np.array([BASE]), np.array([1.0]), 24),
+    ],
+    ids=["no-columns", "bad-tags", "bad-type"],
+)
+def test_a_chunk_list_with_a_bad_chunk_registers_none_of_its_series(bad: Chunk) -> None:
+    b = PointBatch()
+    good = Chunk(SeriesKey("x.good"), ValueType.DOUBLE, np.array([BASE]), np.array([1.0]), 24)
+    with pytest.raises((TypeError, ValueError)):
+        b.add_chunks([good, bad])
+    # Nothing pinned: x.good may still take a string.
+    b.add_tagged("x.good", BASE, "text", None)
+    assert_taken(b, [("x.good", (), "string", [(BASE, "text")])])
