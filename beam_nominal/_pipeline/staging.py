@@ -526,6 +526,11 @@ class PointBatch:
         for chunk in chunks:
             vt = ValueType(chunk.vtype)
             had = seen.get(chunk.key) or self.vtype_of(chunk.key)
+            if had is not None and had is not vt and _all_empty_rows(vt, chunk.values) and had in _ARRAY_TYPES:
+                # An empty row is no more a double array than a string array: a chunk of one
+                # element (cross-bundle batching) typed [] as a double array by itself.
+                vt = had
+                chunk = chunk._replace(values=_empty_rows(vt, len(chunk.timestamps)))
             if had is not None and had is not vt:
                 raise SeriesTypeError(
                     f"series {chunk.key.describe()} is pinned to {had.value} by its first value; got a {vt.value} "
@@ -788,6 +793,25 @@ class PointBatch:
         else:
             col = list(vals)
         self._put(slot, ts, col, _TS_BYTES * len(ts) + value_bytes(vt, col))
+
+
+_ARRAY_TYPES = (ValueType.DOUBLE_ARRAY, ValueType.STRING_ARRAY)
+
+
+def _all_empty_rows(vt: ValueType, values: Any) -> bool:
+    """Whether an array chunk's rows are all empty (values in SeriesBatch form for ``vt``)."""
+    if vt not in _ARRAY_TYPES:
+        return False
+    if isinstance(values, np.ndarray):
+        return values.ndim == 2 and values.shape[1] == 0
+    return all(len(r) == 0 for r in values)
+
+
+def _empty_rows(vt: ValueType, n: int) -> Any:
+    """``n`` empty rows of an array type, in SeriesBatch form."""
+    if vt is ValueType.DOUBLE_ARRAY:
+        return [np.empty(0, dtype=np.float64)] * n
+    return [()] * n
 
 
 def _point_bytes(value: Any) -> int:

@@ -15,6 +15,7 @@ and normalised here, to the form ``SeriesBatch`` holds (see ``_wire/batch.py``).
 from __future__ import annotations
 
 import json
+import operator
 import struct
 import sys
 from array import array as _DoubleRow
@@ -270,16 +271,18 @@ _EXACT_INT = 2**53
 
 def _check_exact_ints(channel: str, row: Sequence[Any]) -> None:
     """Refuse an int the double array would round: beyond 2**53 and not a double itself (2**63
-    is one, and passes, whichever way float_row looked at its row)."""
+    is one, and passes). An int is anything converted by ``__index__`` (Python and numpy ints,
+    pyarrow int scalars, 0-d int arrays), as struct and numpy convert those."""
     for v in row:
-        if (
-            isinstance(v, (int, np.integer))
-            and not isinstance(v, (bool, np.bool_))
-            and abs(int(v)) > _EXACT_INT
-            and float(int(v)) != int(v)
-        ):
+        if isinstance(v, (float, np.floating, bool, np.bool_)):
+            continue
+        try:
+            i = operator.index(v)
+        except TypeError:
+            continue  # converted by __float__ (Decimal, Fraction ...): not an int
+        if abs(i) > _EXACT_INT and float(i) != i:
             raise TypeError(
-                f"channel {channel!r}: integer {int(v)} in a double array is not exact as a double "
+                f"channel {channel!r}: integer {i} in a double array is not exact as a double "
                 f"(beyond 2**53); send it as its own int64/uint64 series or as a float"
             )
 

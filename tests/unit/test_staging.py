@@ -814,3 +814,28 @@ def test_a_chunk_list_with_a_bad_chunk_registers_none_of_its_series(bad: Chunk) 
     # Nothing pinned: x.good may still take a string.
     b.add_tagged("x.good", BASE, "text", None)
     assert_taken(b, [("x.good", (), "string", [(BASE, "text")])])
+
+
+_EMPTY_DA = Chunk(SeriesKey("x"), ValueType.DOUBLE_ARRAY, np.array([BASE + 1]), [np.empty(0)], 28)
+_EMPTY_SA = Chunk(SeriesKey("x"), ValueType.STRING_ARRAY, np.array([BASE + 1]), [()], 28)
+
+
+@pytest.mark.parametrize(
+    ("pinned", "first", "empty"),
+    [(ValueType.STRING_ARRAY, ["a"], _EMPTY_DA), (ValueType.DOUBLE_ARRAY, [1.5], _EMPTY_SA)],
+    ids=["into-string-array", "into-double-array"],
+)
+def test_a_chunk_of_empty_rows_takes_the_array_type_its_series_has(
+    pinned: ValueType, first: list[object], empty: Chunk
+) -> None:
+    # A one-element batch (cross-bundle batching) types [] as a double array by itself; an
+    # empty row fits either array type, so it must not conflict with the series' pin.
+    b = PointBatch()
+    b.add_tagged("x", BASE, first, None)
+    b.add_chunk(empty)
+    chunks = [c for c in b.take() if c.key == SeriesKey("x")]
+    assert {c.vtype for c in chunks} == {pinned}
+    assert [t for c in chunks for t in c.timestamps.tolist()] == [BASE, BASE + 1]
+    assert [len(r) for c in chunks for r in c.values] == [1, 0]
+    with pytest.raises(SeriesTypeError):  # rows that are not empty still conflict
+        b.add_chunk(empty._replace(values=[np.array([1.0])] if pinned is ValueType.STRING_ARRAY else [("a",)]))
