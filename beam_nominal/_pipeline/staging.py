@@ -55,9 +55,9 @@ from beam_nominal.model import MAX_NAME_CHARS, SeriesKey, ValueType, timestamp_n
 __all__ = ["Chunk", "ElementError", "PointBatch", "is_column"]
 
 _INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
 _I64 = np.dtype(np.int64)
 _F64 = np.dtype(np.float64)
-_INT64_MAX = 2**63 - 1
 #: Checked series names a batch keeps from one bundle to the next, at most.
 _KEYS_KEPT = 65536
 #: ``PointBatch.fast`` while rows are pending: never written.
@@ -233,8 +233,7 @@ class PointBatch:
         self._append(slot, t, value)
 
     def _append(self, slot: _Slot, t: int, value: Any) -> None:
-        """A checked point onto the flat list (the checked paths' way there; add_typed has
-        these steps inline)."""
+        """A checked point onto the flat list (the checked paths' one way there)."""
         if self._rows:
             self._settle_rows()  # rows that came first stay first
         self.flat.extend((slot.code, t, value))
@@ -504,12 +503,7 @@ class PointBatch:
                 self._register(slot, channel, tags)
             elif slot.vtype is not vtype:
                 raise _bad_value(channel, slot, value, vtype.value)
-        # _append's steps, without its call and its float test (a typed value is never a
-        # float): the call was a sixth of enqueue_float_array's cost.
-        if self._rows:
-            self._settle_rows()
-        self.flat.extend((slot.code, t, value))
-        self.nbytes += _point_bytes(value)
+        self._append(slot, t, value)
 
     def add_chunks(self, chunks: Sequence[Chunk]) -> None:
         """Chunks already converted (another batch's :meth:`take`): all checked against the
@@ -539,10 +533,10 @@ class PointBatch:
             seen[chunk.key] = vt
             if len(chunk.timestamps):
                 out.append(chunk if chunk.vtype is vt else chunk._replace(vtype=vt))
-        new = [(c.key, dict(c.key.tags) if c.key.tags else None) for c in out if c.key not in self._by_key]
-        for key, tags in new:
-            if key not in self._by_key:  # (a key may come twice)
-                self._register(_Slot(-1, key, seen[key]), key.channel, tags)
+        # Tags read before anything is registered: a key whose tags are not pairs registers none.
+        new = {c.key: dict(c.key.tags) if c.key.tags else None for c in out if c.key not in self._by_key}
+        for key, tags in new.items():
+            self._register(_Slot(-1, key, seen[key]), key.channel, tags)
         return out
 
     def vtype_of(self, key: SeriesKey) -> ValueType | None:
