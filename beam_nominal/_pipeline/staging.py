@@ -779,10 +779,8 @@ class PointBatch:
         if dtype is not None:
             col: Any = vals if isinstance(vals, np.ndarray) else np.array(vals, dtype=dtype)
         elif vt is ValueType.DOUBLE_ARRAY:
-            rows = list(vals)
-            # Sized from the rows (their len is cheap), not the matrix (whose rows are views).
-            nbytes = value_bytes(vt, rows)
-            self._put(slot, ts, double_rows_column(rows), _TS_BYTES * len(ts) + nbytes)
+            column, nbytes = double_rows_column(list(vals))
+            self._put(slot, ts, column, _TS_BYTES * len(ts) + nbytes)
             return
         else:
             col = list(vals)
@@ -814,6 +812,8 @@ def _point_bytes(value: Any) -> int:
         return 24 + text_bytes((value,))
     if type(value) is tuple:  # a string array (values.string_row)
         return 24 + text_bytes(value) + 2 * len(value)
+    if type(value) is bytes:  # a double array's packed doubles (values.float_row)
+        return 24 + len(value)
     try:
         return 24 + 8 * len(value)  # a double-array row
     except TypeError:

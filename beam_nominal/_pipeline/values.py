@@ -18,7 +18,7 @@ import json
 import operator
 import struct
 import sys
-from array import array as _DoubleRow
+from array import array as _array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -200,24 +200,28 @@ def float_rows(channel: str, rows: Any) -> tuple[list[npt.NDArray[np.float64]], 
     return out, sum(map(len, out)) * 8 + 4 * len(out)
 
 
-def double_rows_column(rows: list[Any]) -> Any:
-    """A tail of double-array rows as a column: one (rows, width) float64 matrix when every row
-    is an ``array('d')`` of one width (the common case of ``enqueue_float_array`` with lists: one
-    join instead of an ndarray per row, and the encoders take the matrix in one piece), else a
-    list of 1-D float64 arrays, as ``SeriesBatch`` also allows."""
-    if rows and all(type(r) is _DoubleRow for r in rows) and len(set(map(len, rows))) == 1:
-        width = len(rows[0])
-        if width:
-            return np.frombuffer(b"".join(rows), dtype=np.float64).reshape(len(rows), width)
-    return [np.frombuffer(r, dtype=np.float64) if type(r) is _DoubleRow else r for r in rows]
+def double_rows_column(rows: list[Any]) -> tuple[Any, int]:
+    """A tail of double-array rows as a column and its estimated encoded bytes (timestamps not
+    included): one (rows, width) float64 matrix when every row is a :func:`float_row` of one
+    width (the common case of ``enqueue_float_array`` with lists: one join instead of an
+    ndarray per row, and the encoders take the matrix in one piece), else a list of 1-D float64
+    arrays, as ``SeriesBatch`` also allows."""
+    if rows and all(type(r) is bytes for r in rows) and len(set(map(len, rows))) == 1:
+        size = len(rows[0])
+        if size:
+            matrix = np.frombuffer(b"".join(rows), dtype=np.float64).reshape(len(rows), size // 8)
+            return matrix, (size + 4) * len(rows)
+    column = [np.frombuffer(r, dtype=np.float64) if type(r) is bytes else r for r in rows]
+    return column, sum(map(len, column)) * 8 + 4 * len(column)
 
 
 def float_row(channel: str, row: Any) -> Any:
     """One double-array value for a series' tail, copied (the caller may reuse its list).
 
-    A list becomes an ``array('d')``: checked and converted in C, several times cheaper than an
-    ndarray for short rows, and a spilled tail of them becomes one 2-D column
-    (:func:`double_rows_column`). Anything else becomes a fresh 1-D float64 ndarray.
+    A list becomes its doubles packed in native order, as ``bytes``: checked and converted in C,
+    several times cheaper than an ndarray for short rows, and a spilled tail of them becomes one
+    2-D column (:func:`double_rows_column`). Anything else becomes a fresh 1-D float64 ndarray.
+    (``bytes`` is never a double-array value as given: :func:`float_array_row` refuses it.)
     """
     if type(row) is list:  # the common case, without the slower abstract-type checks
         n = len(row)
@@ -236,7 +240,8 @@ def float_row(channel: str, row: Any) -> Any:
         # by element. (A list comparison missed numpy ints, which compare with floats lossily.)
         if packed[_TOP_BYTE::8].translate(None, _TOP_BYTES_BELOW_2_49):
             _check_exact_ints(channel, row)
-        return _DoubleRow("d", packed)
+        # Kept as bytes: an array('d') of them costs as many instructions again as the packing.
+        return packed
     return float_array_row(channel, row)
 
 
@@ -253,7 +258,7 @@ def _not_numbers(channel: str, row: list[Any], exc: Exception) -> TypeError:
     """The error for a row struct refused: array('d')'s message where it has one (struct's
     says only "required argument is not a float", also for an int too large)."""
     try:
-        _DoubleRow("d", row)
+        _array("d", row)
     except (TypeError, ValueError, OverflowError) as better:
         exc = better
     return TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}")
@@ -295,7 +300,7 @@ def float_array_row(channel: str, row: Any) -> npt.NDArray[np.float64]:
     if isinstance(row, np.ndarray) and row.dtype.kind in "iu":
         if row.size and (int(row.max()) > _EXACT_INT or int(row.min()) < -_EXACT_INT):
             _check_exact_ints(channel, row.ravel().tolist())
-    elif not isinstance(row, (np.ndarray, _DoubleRow)):
+    elif not isinstance(row, (np.ndarray, _array)):
         _check_exact_ints(channel, row)
     try:
         arr = np.array(row, dtype=np.float64)
