@@ -25,10 +25,12 @@ series' share checked to start on a point), with numpy:
   or two varint bytes: rows of up to 2,000 doubles): point starts are found among likely offsets
   and the chain of lengths is verified exactly (:func:`_point_chain`), then every point's fields
   are checked to fill it exactly and read, a varint from one 8-byte word, text and packed
-  doubles cut out with one mask.
+  doubles cut out with one mask;
+* string arrays with strings and points under 16384 bytes (:func:`_string_array_rows`): the
+  bytes after every timestamp cut out, their entries chained as points are.
 
-Anything else (pre-1970 seconds in minimal varints, repeated or reordered fields, string arrays,
-longer points) is parsed by upb for that one ``Series`` (:mod:`reference_row`), so every valid
+Anything else (pre-1970 seconds in minimal varints, repeated or reordered fields, longer points)
+is parsed by upb for that one ``Series`` (:mod:`reference_row`), so every valid
 body decodes to the same values, and broken bytes raise ``DecodeError`` as upb does.
 """
 
@@ -1134,7 +1136,8 @@ def _string_array_rows(buf: bytes, start: int, stop: int, bounds: I64 | None = N
     np.cumsum(rest, out=row_bounds[1:])
     counts = _region_counts(chain, row_bounds, total)
     if lengths is not None and chain.shape[0] == cand.shape[0]:
-        # The chain is every candidate (a subset of them, as long): every header is two bytes.
+        # Every candidate is in the chain: no string holds a 12 byte, and every header is two
+        # bytes, as the separators of _split_rows need.
         rows = _split_rows(fields, chain, lengths, counts)
         if rows is not None:
             return ns, rows, points.counts
