@@ -25,15 +25,19 @@ series' share checked to start on a point), with numpy:
   or two varint bytes: rows of up to 2,000 doubles): point starts are found among likely offsets
   and the chain of lengths is verified exactly (:func:`_point_chain`), then every point's fields
   are checked to fill it exactly and read, a varint from one 8-byte word, text and packed
-  doubles cut out with one mask.
+  doubles cut out with one mask;
+* string arrays with strings and points under 16384 bytes (:func:`_string_array_rows`): the
+  bytes after every timestamp cut out, their entries chained as points are.
 
-Anything else (pre-1970 seconds in minimal varints, repeated or reordered fields, string arrays,
-longer points) is parsed by upb for that one ``Series`` (:mod:`reference_row`), so every valid
+Anything else (pre-1970 seconds in minimal varints, repeated or reordered fields, longer points)
+is parsed by upb for that one ``Series`` (:mod:`reference_row`), so every valid
 body decodes to the same values, and broken bytes raise ``DecodeError`` as upb does.
 """
 
 from __future__ import annotations
 
+import codecs
+import collections
 import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
@@ -210,14 +214,19 @@ def _short_string_points(strs: list[Any], ns: I64, tsw: int) -> tuple[U8, I64] |
         return None
     out[starts] = 0x0A
     out[starts + 1] = tsw + 2 + blens
-    # The timestamp entries, as words at the offsets that cover each entry's bytes.
-    entries = _encode_timestamps(ns, 0x0A)
-    words = np.ndarray((out.shape[0] - 7,), dtype="<u8", buffer=out, strides=(1,))
-    for off in (0, 6) if tsw == TIMESTAMP_BYTES else (0, 8, 11):
-        words[starts + (2 + off)] = np.ndarray((n,), dtype="<u8", buffer=entries, offset=off, strides=(tsw,))
+    _put_timestamps_at(out, starts + 2, ns, tsw)
     out[starts + (2 + tsw)] = 0x12
     out[starts + (3 + tsw)] = blens
     return out, sizes
+
+
+def _put_timestamps_at(out: U8, at: I64, ns: I64, tsw: int) -> None:
+    """Write the Timestamp entries (field key ``0a``, ``tsw`` bytes) of ``ns`` at the offsets ``at``
+    of ``out``, as words at the offsets that cover each entry's bytes and no byte beyond it."""
+    entries = _encode_timestamps(ns, 0x0A)
+    words = np.ndarray((out.shape[0] - 7,), dtype="<u8", buffer=out, strides=(1,))
+    for off in (0, 6) if tsw == TIMESTAMP_BYTES else (0, 8, 11):
+        words[at + off] = np.ndarray((ns.shape[0],), dtype="<u8", buffer=entries, offset=off, strides=(tsw,))
 
 
 def _double_array_points(i: int, batch: SeriesBatch, ns: I64, tsw: int) -> U8:
@@ -239,9 +248,12 @@ def _double_array_points(i: int, batch: SeriesBatch, ns: I64, tsw: int) -> U8:
 
 def _string_array_points(i: int, batch: SeriesBatch, ns: I64, tsw: int) -> U8:
     n = ns.shape[0]
-    rows = _checked_string_rows(i, batch, n)
-    flat = list(itertools.chain.from_iterable(rows))
+    rows = _string_rows(i, batch, n)
     try:
+        short = _short_string_array_points(rows, ns, tsw)
+        if short is not None:
+            return short
+        flat = list(itertools.chain.from_iterable(rows))
         body, sizes = _string_entries(flat, 0x12)
     except (TypeError, UnicodeEncodeError):
         for j, r in enumerate(rows):
@@ -249,6 +261,90 @@ def _string_array_points(i: int, batch: SeriesBatch, ns: I64, tsw: int) -> U8:
         raise
     row_counts = np.fromiter(map(len, rows), dtype=np.int64, count=n)
     return _ragged_points(ns, tsw, body, _segment_sums(sizes, row_counts))[0]
+
+
+_ROW_TYPES = frozenset({list, tuple})
+
+
+def _string_rows(i: int, batch: SeriesBatch, n: int) -> Any:
+    """The rows of a string-array column: lists and tuples pass at once (a C-level pass over the
+    rows' types), anything else gets :func:`encode._checked_string_rows`'s per-row check."""
+    rows = batch.values
+    if type(rows) in _ROW_TYPES and len(rows) == n and set(map(type, rows)) <= _ROW_TYPES:
+        return rows
+    return _checked_string_rows(i, batch, n)
+
+
+# The stand-ins of the fast string-array path, in the text before it is encoded: a point's head
+# (``0a L`` + timestamp) and an entry's header (``12 len``), each starting with the only NUL.
+_ENTRY_SEP = "\0\1"
+
+
+def _short_string_array_points(rows: Any, ns: I64, tsw: int) -> U8 | None:
+    """``StringArrayPoint`` points as :func:`_ragged_points` writes them, where every string is
+    under 128 bytes and every point under 16384 (None otherwise, or where a string holds a NUL:
+    the general path then writes them).
+
+    Each row is joined with a two-character stand-in for every entry header, the rows with a
+    stand-in for each point's head as long as the head will be, the text encoded once; the NULs
+    that start the stand-ins then give every point's and string's byte length, and the stand-ins
+    are overwritten in place: no per-string work but the joins. A head's length depends on its
+    point's length varint, taken from the row's characters (its bytes where it is ASCII): a row
+    whose bytes need a longer varint than its characters (non-ASCII text near 128 bytes) gives
+    None.
+
+    Raises:
+        TypeError, UnicodeEncodeError: a value that is not a str, or not valid Unicode.
+    """
+    n = ns.shape[0]
+    if n == 0:
+        return None
+    counts = np.fromiter(map(len, rows), dtype=np.int64, count=n)
+    texts = list(map(_ENTRY_SEP.join, rows))
+    empty = counts == 0
+    # The point length if every row is ASCII: the timestamp, the strings, a header per string.
+    guess = np.fromiter(map(len, texts), dtype=np.int64, count=n) + (tsw + 2) - 2 * empty
+    if int(guess.max()) >= 0x4000:
+        return None
+    wide = guess >= 0x80
+    heads = ["\0" + "\1" * (vlen + tsw) + sep for sep in (_ENTRY_SEP, "") for vlen in (1, 2)]
+    kind = wide + 2 * empty
+    if int(kind.min()) == int(kind.max()):
+        text = heads[kind[0]] + heads[kind[0]].join(texts)
+    else:
+        by_row = np.array(heads, dtype=object)[kind].tolist()
+        text = "".join(itertools.chain.from_iterable(zip(by_row, texts, strict=True)))
+    out = np.frombuffer(bytearray(text, "utf-8"), dtype=np.uint8)
+    total = out.shape[0]
+    nul = np.flatnonzero(out == 0)
+    if nul.shape[0] != n + int(counts.sum()):
+        return None
+    # Each stand-in and the string after it: an entry's size, or a head's.
+    sizes = np.empty_like(nul)
+    np.subtract(nul[1:], nul[:-1], out=sizes[:-1])
+    sizes[-1] = total - nul[-1]
+    if int(sizes.max()) >= 2 + 0x80:
+        return None
+    # An entry header at every NUL; the heads' two bytes are overwritten below.
+    out[nul] = 0x12
+    sizes -= 2
+    out[nul + 1] = sizes
+    head_at = nul[np.cumsum(counts + 1) - (counts + 1)]
+    lengths = np.empty_like(head_at)
+    np.subtract(head_at[1:], head_at[:-1], out=lengths[:-1])
+    lengths[-1] = total - head_at[-1]
+    lengths -= 2 + wide
+    if ((lengths >= 0x80) != wide).any():
+        return None
+    out[head_at] = 0x0A
+    if wide.any():
+        out[head_at[wide] + 1] = lengths[wide] & 0x7F | 0x80
+        out[head_at[wide] + 2] = lengths[wide] >> 7
+        out[head_at[~wide] + 1] = lengths[~wide]
+    else:
+        out[head_at + 1] = lengths
+    _put_timestamps_at(out, head_at + 2 + wide, ns, tsw)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -705,11 +801,14 @@ def _channel_name(buf: bytes, start: int, stop: int, where: str) -> str:
     return name
 
 
+_ANY_LAYOUT = (ValueType.DOUBLE, ValueType.STRING, ValueType.STRUCT, ValueType.STRING_ARRAY)
+
+
 def _group_key(buf: bytes, w: _Walked) -> tuple[ValueType, int, int]:
     """Series decoded together: doubles and text all in one group per type, others by the
     layout of their first point (our padded varints have a width per series, double arrays a
     row size: one stride per group)."""
-    if w.vt in (ValueType.DOUBLE, ValueType.STRING, ValueType.STRUCT) or w.stop - w.start < 4:
+    if w.vt in _ANY_LAYOUT or w.stop - w.start < 4:
         return w.vt, 0, 0
     return w.vt, buf[w.start + 1], buf[w.start + 3]
 
@@ -734,7 +833,7 @@ def _points(buf: bytes, vt: ValueType, start: int, stop: int, bounds: I64 | None
             return _uniform_double_rows(buf, start, stop, bounds)
         except _Fallback:
             return _canonical_double_rows(buf, start, stop, bounds)
-    raise _Fallback
+    return _string_array_rows(buf, start, stop, bounds)
 
 
 def _joined_points(buf: bytes, members: list[_Walked]) -> dict[int, SeriesBatch] | None:
@@ -814,9 +913,9 @@ def _varints_at(words: U64) -> tuple[U64, I64] | None:
     return v, length.astype(np.int64)
 
 
-def _point_chain(arr: U8, cand: I64, nxt: I64) -> I64 | None:
+def _point_chain(arr: U8, cand: I64, nxt: I64, key: int = 0x0A) -> I64 | None:
     """The start of every point of a region of ``0a L <L bytes>`` points (L a varint of 1 or 2
-    bytes: L < 16384).
+    bytes: L < 16384), or of any other length-delimited fields of field key ``key``.
 
     Sequential parsing is the chain ``start[k + 1] = start[k] + 1 + |L| + L[k]`` from 0 to the end of
     the region. Candidates (offsets that likely start a point) make it vectorised: links
@@ -848,7 +947,7 @@ def _point_chain(arr: U8, cand: I64, nxt: I64) -> I64 | None:
             pieces.append(cand[j : k + 1])
             pos = int(nxt[k])
             continue
-        if pos + 2 > total or arr[pos] != 0x0A:
+        if pos + 2 > total or arr[pos] != key:
             return None
         length = int(arr[pos + 1])
         head = 2
@@ -1008,6 +1107,110 @@ def _strings(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tu
     return ns, values.tolist(), points.counts
 
 
+def _string_array_rows(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tuple[I64, list[Any], I64]:
+    """(timestamps, rows as lists of str, points per region) of ``StringArrayPoints`` bytes whose
+    points and strings are all shorter than 16384 bytes, in any varint encoding: ``0a L [0a T
+    <timestamp>] (12 len <UTF-8>)*``. The bytes after every timestamp are cut out with one mask;
+    in them the chain of entries is found as points are (:func:`_point_chain`), and each point's
+    share checked to start on an entry (:func:`_region_counts`); the strings are then made by
+    :func:`_split_rows`, or upb.
+
+    Raises:
+        _Fallback: anything else (longer points, unknown or reordered fields, ...), as for
+            :func:`_doubles`.
+        DecodeError: a string that is not valid UTF-8, as upb raises it.
+    """
+    if stop == start:
+        return np.empty(0, dtype=np.int64), [], _region_counts(np.empty(0, dtype=np.int64), bounds, 0)
+    points, ns, value_at, rest = _point_values(buf, start, stop, bounds)
+    n = ns.shape[0]
+    fields = _cut(buf, start, points.total, value_at - start, rest)
+    total = fields.shape[0]
+    if total == 0:
+        return ns, [[] for _ in range(n)], points.counts
+    cand, nxt, lengths = _entry_candidates(fields)
+    chain = _point_chain(fields, cand, nxt, 0x12)
+    if chain is None:
+        raise _Fallback
+    row_bounds = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(rest, out=row_bounds[1:])
+    counts = _region_counts(chain, row_bounds, total)
+    if lengths is not None and chain.shape[0] == cand.shape[0]:
+        # Every candidate is in the chain: no string holds a 12 byte, and every header is two
+        # bytes, as the separators of _split_rows need.
+        rows = _split_rows(fields, chain, lengths, counts)
+        if rows is not None:
+            return ns, rows, points.counts
+    flat = list(nw.StringArrayPoint.FromString(fields.tobytes()).value)
+    ends = [0, *itertools.accumulate(counts.tolist())]
+    return ns, [flat[a:b] for a, b in itertools.pairwise(ends)], points.counts
+
+
+def _entry_candidates(fields: U8) -> tuple[I64, I64, U8 | None]:
+    """Offsets of ``fields`` that likely start an entry ``12 len`` (len a varint of 1 or 2 bytes),
+    where each would end, and the length bytes where every one is a single byte (else None)."""
+    total = fields.shape[0]
+    cand = np.flatnonzero(fields == 0x12)
+    if cand.shape[0] and cand[-1] == total - 1:
+        cand = cand[:-1]  # no room for a length
+    first = fields[cand + 1]
+    if int(first.max(initial=0)) < 0x80:
+        return cand, cand + 2 + first, first
+    wide = first >= 0x80
+    keep = ~wide | (cand + 2 < total)
+    cand, first, wide = cand[keep], first[keep].astype(np.int64), wide[keep]
+    second = fields[np.where(wide, cand + 2, cand)].astype(np.int64)
+    keep = ~wide | (second < 0x80)
+    cand, first, second, wide = cand[keep], first[keep], second[keep], wide[keep]
+    nxt = np.where(wide, cand + 3 + ((first & 0x7F) | second << 7), cand + 2 + first)
+    return cand, nxt, None
+
+
+def _split_rows(fields: U8, chain: I64, lengths: U8, counts: I64) -> list[Any] | None:
+    """The strings of entries ``12 len <UTF-8>`` (every header two bytes, at offsets ``chain``,
+    lengths ``lengths``), ``counts`` of them per row, as lists of str; None, ``fields``
+    untouched, where a string holds a byte 00 or 01.
+
+    The headers are overwritten with separators, ``01 01`` before a row's first string and ``00
+    00`` before the others, the whole is decoded as UTF-8 once (which checks every string: a
+    separator is ASCII, so no character spans two strings) and split twice, in C: rows, then
+    strings. Made so, each list and its strings are new together, in cache, where slicing one
+    list of every string would touch each string again after all are made.
+
+    Raises:
+        _Fallback: a string that is not valid UTF-8 (upb then raises its DecodeError).
+    """
+    if np.count_nonzero(fields <= 1) != np.count_nonzero(lengths <= 1):
+        return None
+    nonempty = np.flatnonzero(counts)
+    firsts = chain[np.cumsum(counts)[nonempty] - counts[nonempty]]
+    fields[chain] = 0
+    fields[chain + 1] = 0
+    fields[firsts] = 1
+    fields[firsts + 1] = 1
+    try:
+        text = codecs.utf_8_decode(fields.data, "strict", True)[0]
+    except UnicodeDecodeError:
+        raise _Fallback from None
+    parts = text.split("\1\1")
+    del parts[0]  # before the first separator
+    # The lists are made empty, then filled: the collector, run by list allocations, then
+    # traverses empty lists, not 32 strings each (~0.8 us a row of 32 measured); the lists that
+    # split makes are freed at once, so they do not count towards a collection.
+    # Rows that repeat (a label list sent with every sample) share their strings: each distinct
+    # row is split once, its repeats are copies of that list.
+    distinct = dict.fromkeys(parts)
+    if len(distinct) < len(parts):
+        split = dict(zip(distinct, map(str.split, distinct, itertools.repeat("\0\0")), strict=True))
+        strings = map(split.__getitem__, parts)
+    else:
+        strings = map(str.split, parts, itertools.repeat("\0\0"))
+    rows: list[Any] = [[] for _ in range(counts.shape[0])]
+    filled = rows if nonempty.shape[0] == counts.shape[0] else [rows[k] for k in nonempty.tolist()]
+    collections.deque(map(list.extend, filled, strings), maxlen=0)
+    return rows
+
+
 def _canonical_double_rows(buf: bytes, start: int, stop: int, bounds: I64 | None) -> tuple[I64, list[Any], I64]:
     """``DoubleArrayPoints`` whose points are all shorter than 16384 bytes (up to 2,000 doubles),
     as prost and upb write them: ``0a L [0a T <timestamp>] [12 len <packed doubles>]`` (an empty
@@ -1025,37 +1228,46 @@ def _canonical_double_rows(buf: bytes, start: int, stop: int, bounds: I64 | None
     return ns, np.split(flat, np.cumsum(widths)[:-1]), points.counts
 
 
+def _point_values(buf: bytes, start: int, stop: int, bounds: I64 | None) -> tuple[_Points, I64, I64, I64]:
+    """Points ``0a L [0a T <timestamp>] <value fields>`` (L < 16384): (the points, their
+    timestamps, the offset in ``buf`` of the bytes after each timestamp field, their size)."""
+    points = _Points.of(buf, start, stop, bounds)
+    n = points.chain.shape[0]
+    ns = np.empty(n, dtype=np.int64)
+    value_at = np.empty(n, dtype=np.int64)
+    rest = np.empty(n, dtype=np.int64)
+    for b0, block in points.blocks():
+        b1 = b0 + block.shape[0]
+        heads = _point_heads(points.full, block, 0x12)
+        _point_timestamps(points.words, heads, ns[b0:b1])
+        value_at[b0:b1] = heads.value_at
+        rest[b0:b1] = heads.rest
+    return points, ns, value_at, rest
+
+
 def _value_fields(buf: bytes, start: int, stop: int, bounds: I64 | None) -> tuple[_Points, I64, I64, I64, I64]:
     """Points ``0a L [0a T <timestamp>] [12 len <bytes>]`` (L < 16384): (the points, their
     timestamps, each value field's offset from ``start``, size and the size of its key and
     length, 0 where it is omitted)."""
-    points = _Points.of(buf, start, stop, bounds)
+    points, ns, value_at, rest = _point_values(buf, start, stop, bounds)
     full = points.full
-    n = points.chain.shape[0]
-    ns = np.empty(n, dtype=np.int64)
-    field_at = np.empty(n, dtype=np.int64)
-    field_len = np.empty(n, dtype=np.int64)
-    field_head = np.empty(n, dtype=np.int64)
-    for b0, block in points.blocks():
-        b1 = b0 + block.shape[0]
-        heads = _point_heads(full, block, 0x12)
-        has_value = heads.rest > 0
-        at = heads.value_at[has_value]
-        rest = heads.rest[has_value]
+    n = ns.shape[0]
+    field_head = np.zeros(n, dtype=np.int64)
+    for b0 in range(0, n, _POINT_BLOCK):
+        b1 = min(b0 + _POINT_BLOCK, n)
+        has_value = np.flatnonzero(rest[b0:b1] > 0) + b0
+        at = value_at[has_value]
+        size = rest[has_value]
         # The field's length varint in one byte or two, whichever makes it fill the point exactly.
-        one = rest < 2 + 0x80
-        size = rest - np.where(one, 2, 3)
+        one = size < 2 + 0x80
+        size -= np.where(one, 2, 3)
         second = full[at + 1]
         length_ok = np.where(one, second == size, (second == (size & 0x7F | 0x80)) & (full[at + 2] == size >> 7))
         if not ((full[at] == 0x12) & length_ok).all():
             raise _Fallback
-        _point_timestamps(points.words, heads, ns[b0:b1])
-        field_at[b0:b1] = heads.value_at - start
-        field_len[b0:b1] = heads.rest
-        head = np.zeros(block.shape[0], dtype=np.int64)
-        head[has_value] = np.where(one, 2, 3)
-        field_head[b0:b1] = head
-    return points, ns, field_at, field_len, field_head
+        field_head[has_value] = np.where(one, 2, 3)
+    value_at -= start
+    return points, ns, value_at, rest, field_head
 
 
 def _cut(buf: bytes, start: int, total: int, at: I64, length: I64) -> U8:

@@ -834,3 +834,97 @@ def test_odd_array_points_between_canonical_ones_decode_like_upb(fields: bytes) 
     points = plain * 3 + _ld(1, _stamp(3, 0) + fields) + plain * 2
     data = _series(_channel(b"a"), _ld(3, _ld(4, _ld(1, points)))) * 2
     _assert_agrees_with_upb(data)
+
+
+# ---------------------------------------------------------------------------------------------
+# String-array rows: the fast paths of both directions against upb and the general encoder
+# ---------------------------------------------------------------------------------------------
+
+# Short and long (>= 128 bytes: a two-byte length), ASCII and not, NULs and 01 bytes (the
+# stand-ins of the fast paths), empty strings.
+_SA_TEXT = st.one_of(
+    st.sampled_from(["", "a", "OK", "héllo", "a\0b", "\1", "\x12", "x" * 127, "é" * 64, "y" * 200]),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=6),
+)
+_SA_ROWS = st.lists(st.lists(_SA_TEXT, max_size=40), max_size=12)
+_SA_TS = st.sampled_from([0, 1, T, 2**63 - 1, -1, -(2**63)]) | st.integers(-(2**63), 2**63 - 1)
+
+
+def _general_string_array_points(rows: list[list[str]], ns: np.ndarray, tsw: int) -> bytes:
+    """Today's general path of the encoder (entries by ``_string_entries``), byte for byte."""
+    flat = [s for r in rows for s in r]
+    body, sizes = wn._string_entries(flat, 0x12)
+    counts = np.array([len(r) for r in rows], dtype=np.int64)
+    return bytes(wn._ragged_points(ns, tsw, body, wn._segment_sums(sizes, counts))[0])
+
+
+@PROPS
+@given(_SA_ROWS, st.data())
+def test_string_array_points_match_the_general_encoder_byte_for_byte(rows: list[list[str]], data: Any) -> None:
+    ns = np.array(data.draw(st.lists(_SA_TS, min_size=len(rows), max_size=len(rows))), dtype=np.int64)
+    tsw = wn.timestamp_width(ns)
+    batch = SeriesBatch(SeriesKey.of("sa"), V.STRING_ARRAY, ns, rows)
+    got = bytes(wn._string_array_points(0, batch, ns, tsw))
+    assert got == _general_string_array_points(rows, ns, tsw)
+    want = reference_row.decode(encode_write_nominal([batch]), RID)
+    assert_body_equal([batch], want, None)
+
+
+@PROPS
+@given(st.lists(st.tuples(_SA_ROWS, st.sampled_from([0, T, -T, 2**62])), min_size=1, max_size=4))
+def test_string_array_bodies_decode_like_upb(series: list[tuple[list[list[str]], int]]) -> None:
+    batches = [
+        SeriesBatch(SeriesKey.of(f"sa{j}"), V.STRING_ARRAY, t0 + np.arange(len(rows), dtype=np.int64), rows)
+        for j, (rows, t0) in enumerate(series)
+    ]
+    for data in (encode_write_nominal(batches), reference_row.encode(batches)):
+        want = reference_row.decode(data, RID)
+        got = decode_write_nominal(data, RID)
+        assert_body_equal(want.batches, got, None)
+        for b in got.batches:
+            assert all(type(r) is list for r in b.values)
+
+
+def test_short_string_arrays_decode_without_upb(no_fallback: None) -> None:
+    rng = np.random.default_rng(5)
+    # (Text holding many 12 bytes, the entries' key, is left to upb: tested above.)
+    words = np.array(["OK", "", "FAULT-12", "héllo", "a\nb", "z" * 100, "\0", "\1"])
+    n = 3000
+    rows = [words[rng.integers(0, len(words), k % 40)].tolist() for k in range(n)]
+    same = [["s1", "s2"]] * 500  # repeated rows share their strings, each still its own list
+    batches = [
+        SeriesBatch(SeriesKey.of("w", {"rig": "a"}), V.STRING_ARRAY, np.arange(T, T + n, dtype=np.int64), rows),
+        SeriesBatch(SeriesKey.of("s"), V.STRING_ARRAY, np.arange(500, dtype=np.int64) * 10**9 + 7, same),
+        SeriesBatch(SeriesKey.of("e"), V.STRING_ARRAY, np.arange(3, dtype=np.int64), [[], [""], []]),
+    ]
+    for data in (encode_write_nominal(batches), reference_row.encode(batches)):
+        got = decode_write_nominal(data, RID)
+        assert_body_equal(batches, got, None)
+        s = got.batches[1].values
+        assert s[0] is not s[1]
+        s[0].append("x")
+        assert s[1] == ["s1", "s2"]
+
+
+def test_invalid_utf8_in_a_string_array_is_a_decode_error() -> None:
+    rows = [["ok", "ab"], ["cd"]] * 50
+    data = encode_write_nominal([SeriesBatch(SeriesKey.of("sa"), V.STRING_ARRAY, _ts(*range(100)), rows)])
+    at = data.rindex(b"cd")
+    for bad in (b"\xff\xfe", b"\xc3("):  # not UTF-8; a lead byte before ASCII
+        broken = data[:at] + bad + data[at + 2 :]
+        with pytest.raises(DecodeError):
+            reference_row.decode(broken, RID)
+        with pytest.raises(DecodeError):
+            decode_write_nominal(broken, RID)
+
+
+def test_string_array_strings_split_across_points_are_refused_as_upb_does() -> None:
+    # A point whose last entry's length runs into the next point: the joined entries would parse.
+    one = b"\x0a\x05\x12\x01a\x12\x03"
+    two = b"\x0a\x03\x12\x01x"
+    data = _ld(1, _ld(1, _ld(1, b"sa")) + _ld(3, _ld(4, _ld(2, one + two))))
+    assert list(nw.StringArrayPoint.FromString(one[2:] + two[2:]).value) == ["a", "\x12\x01x"]
+    with pytest.raises(DecodeError):
+        reference_row.decode(data, RID)
+    with pytest.raises(DecodeError):
+        decode_write_nominal(data, RID)
