@@ -928,3 +928,38 @@ def test_string_array_strings_split_across_points_are_refused_as_upb_does() -> N
         reference_row.decode(data, RID)
     with pytest.raises(DecodeError):
         decode_write_nominal(data, RID)
+
+# Many series in one request: the grouped encode (all series of a kind in one set of passes)
+# ---------------------------------------------------------------------------------------------
+
+
+_NEAR_LIMITS = st.sampled_from([-(2**63), -(2**63) + 1, 2**63 - 2, 2**63 - 1, -1, 0])
+
+
+@st.composite
+def many_series(draw: Any) -> list[SeriesBatch]:
+    """Up to 40 series: all doubles of plain columns (the bulk intake) or mixed types, some with
+    no points, tags, shared timestamp columns, and timestamps at the int64 limits."""
+    doubles_only = draw(st.booleans())
+    batches: list[SeriesBatch] = []
+    for _ in range(draw(st.integers(0, 40))):
+        b = draw(series_batch(V.DOUBLE if doubles_only else None, nonneg=draw(st.booleans())))
+        if b.timestamps.shape[0] and draw(st.booleans()):
+            ts = b.timestamps.copy()
+            ts[draw(st.integers(0, ts.shape[0] - 1))] = draw(_NEAR_LIMITS)
+            b = SeriesBatch(b.key, b.value_type, ts, b.values)
+        if batches and draw(st.integers(0, 4)) == 0 and len(batches[-1]) == len(b):
+            b = SeriesBatch(b.key, b.value_type, batches[-1].timestamps, b.values)  # one wide block
+        batches.append(b)
+    return batches
+
+
+@PROPS
+@given(many_series(), st.none() | st.text(max_size=4))
+def test_many_series_encode_as_their_single_series_bodies_joined(
+    batches: list[SeriesBatch], session: str | None
+) -> None:
+    data = encode_write_nominal(batches, session)
+    assert_body_equal(batches, reference_row.decode(data, RID), session)
+    alone = b"".join(encode_write_nominal([b]) for b in batches)
+    assert data == alone + (encode_write_nominal([], session) if session is not None else b"")
