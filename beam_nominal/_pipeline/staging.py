@@ -779,9 +779,7 @@ class PointBatch:
         if dtype is not None:
             col: Any = vals if isinstance(vals, np.ndarray) else np.array(vals, dtype=dtype)
         elif vt is ValueType.DOUBLE_ARRAY:
-            column, nbytes = double_rows_column(list(vals))
-            self._put(slot, ts, column, _TS_BYTES * len(ts) + nbytes)
-            return
+            col = double_rows_column(list(vals))
         else:
             col = list(vals)
         self._put(slot, ts, col, _TS_BYTES * len(ts) + value_bytes(vt, col))

@@ -176,12 +176,14 @@ def text_bytes(texts: Sequence[str]) -> int:
     return len(joined) if joined.isascii() else len(joined.encode("utf-8", "surrogatepass"))
 
 
-def value_bytes(vtype: ValueType, values: list[Any]) -> int:
-    """Estimated encoded bytes of a tail's values (timestamps not included)."""
+def value_bytes(vtype: ValueType, values: Any) -> int:
+    """Estimated encoded bytes of a column's values (timestamps not included), in SeriesBatch
+    form (a double-array column: a list of 1-D arrays, or one matrix)."""
     if vtype is ValueType.STRING or vtype is ValueType.STRUCT:
         return text_bytes(values) + 3 * len(values)
     if vtype is ValueType.DOUBLE_ARRAY:
-        return sum(map(len, values)) * 8 + 4 * len(values)
+        doubles = values.size if isinstance(values, np.ndarray) else sum(map(len, values))
+        return doubles * 8 + 4 * len(values)
     if vtype is ValueType.STRING_ARRAY:
         return sum(text_bytes(r) + 2 * len(r) for r in values) + 4 * len(values)
     return FIXED_VALUE_BYTES[vtype] * len(values)
@@ -195,24 +197,21 @@ def float_rows(channel: str, rows: Any) -> tuple[list[npt.NDArray[np.float64]], 
         if rows.dtype.kind in "iu" and rows.size and (int(rows.max()) > _EXACT_INT or int(rows.min()) < -_EXACT_INT):
             _check_exact_ints(channel, rows.ravel().tolist())
         arr = np.array(rows, dtype=np.float64, order="C")  # a copy: callers may reuse their array
-        return list(arr), arr.size * 8 + 4 * len(arr)
+        return list(arr), value_bytes(ValueType.DOUBLE_ARRAY, arr)
     out = [float_array_row(channel, r) for r in rows]
-    return out, sum(map(len, out)) * 8 + 4 * len(out)
+    return out, value_bytes(ValueType.DOUBLE_ARRAY, out)
 
 
-def double_rows_column(rows: list[Any]) -> tuple[Any, int]:
-    """A tail of double-array rows as a column and its estimated encoded bytes (timestamps not
-    included): one (rows, width) float64 matrix when every row is a :func:`float_row` of one
-    width (the common case of ``enqueue_float_array`` with lists: one join instead of an
-    ndarray per row, and the encoders take the matrix in one piece), else a list of 1-D float64
-    arrays, as ``SeriesBatch`` also allows."""
+def double_rows_column(rows: list[Any]) -> Any:
+    """A tail of double-array rows as a column: one (rows, width) float64 matrix when every row
+    is a :func:`float_row` of one width (the common case of ``enqueue_float_array`` with lists:
+    one join instead of an ndarray per row, and the encoders take the matrix in one piece), else
+    a list of 1-D float64 arrays, as ``SeriesBatch`` also allows."""
     if rows and all(type(r) is bytes for r in rows) and len(set(map(len, rows))) == 1:
         size = len(rows[0])
         if size:
-            matrix = np.frombuffer(b"".join(rows), dtype=np.float64).reshape(len(rows), size // 8)
-            return matrix, (size + 4) * len(rows)
-    column = [np.frombuffer(r, dtype=np.float64) if type(r) is bytes else r for r in rows]
-    return column, sum(map(len, column)) * 8 + 4 * len(column)
+            return np.frombuffer(b"".join(rows), dtype=np.float64).reshape(len(rows), size // 8)
+    return [np.frombuffer(r, dtype=np.float64) if type(r) is bytes else r for r in rows]
 
 
 def float_row(channel: str, row: Any) -> Any:
@@ -376,9 +375,9 @@ def column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueTy
             if vt is ValueType.STRING:
                 out = values.astype(str).tolist()
                 check_texts(channel, "string", out)
-                return vt, out, text_bytes(out) + 3 * len(out)
+                return vt, out, value_bytes(vt, out)
             arr = np.array(values, dtype=vt.numpy_dtype, copy=True)
-            return vt, arr, arr.size * (8 if vt is ValueType.DOUBLE else 10)
+            return vt, arr, value_bytes(vt, arr)
         values = values.tolist()
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, (Sequence, np.ndarray)):
         if not hasattr(values, "__len__") or isinstance(values, (str, bytes, Mapping)):
@@ -392,18 +391,13 @@ def column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueTy
     if isinstance(first, Mapping):
         vt = check_pin(channel, pinned, ValueType.STRUCT)
         out = [struct_json(channel, v) for v in values]
-        return vt, out, text_bytes(out) + 3 * len(out)
+        return vt, out, value_bytes(vt, out)
     if isinstance(first, np.ndarray) or (isinstance(first, Sequence) and not isinstance(first, (str, bytes))):
         inner = first[0] if len(first) else None
         if isinstance(inner, str):
             vt = check_pin(channel, pinned, ValueType.STRING_ARRAY)
-            srows: list[tuple[str, ...]] = []
-            nbytes = 0
-            for r in values:
-                row = string_row(channel, r)
-                srows.append(row)
-                nbytes += text_bytes(row) + 2 * len(row) + 4
-            return vt, srows, nbytes
+            srows = [string_row(channel, r) for r in values]
+            return vt, srows, value_bytes(vt, srows)
         vt = check_pin(channel, pinned, ValueType.DOUBLE_ARRAY)
         frows, nbytes = float_rows(channel, values)
         return vt, frows, nbytes
@@ -436,9 +430,9 @@ def column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueTy
                 ) from None
         raise  # pragma: no cover
     if vt is ValueType.STRING:
-        return vt, out, text_bytes(out) + 3 * len(out)
+        return vt, out, value_bytes(vt, out)
     arr = np.array(out, dtype=vt.numpy_dtype)
-    return vt, arr, arr.size * (8 if vt is ValueType.DOUBLE else 10)
+    return vt, arr, value_bytes(vt, arr)
 
 
 def conflict(channel: str, pinned: ValueType, got: str) -> SeriesTypeError:
@@ -460,17 +454,16 @@ def arrow_column(name: str, col: Any, pinned: ValueType | None) -> tuple[ValueTy
         return column(name, arr, pinned)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         out = col.to_pylist()
-        return check_pin(name, pinned, ValueType.STRING), out, text_bytes(out) + 3 * len(out)
+        return check_pin(name, pinned, ValueType.STRING), out, value_bytes(ValueType.STRING, out)
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         vtype = t.value_type
         if pa.types.is_string(vtype) or pa.types.is_large_string(vtype):
             rows = col.to_pylist()
-            nbytes = sum(text_bytes(r) + 2 * len(r) + 4 for r in rows)
-            return check_pin(name, pinned, ValueType.STRING_ARRAY), rows, nbytes
+            return check_pin(name, pinned, ValueType.STRING_ARRAY), rows, value_bytes(ValueType.STRING_ARRAY, rows)
         if pa.types.is_floating(vtype) or pa.types.is_integer(vtype):
             frows = [np.asarray(r.values.to_numpy(zero_copy_only=False), dtype=np.float64) for r in col]
-            return check_pin(name, pinned, ValueType.DOUBLE_ARRAY), frows, sum(r.size * 8 + 4 for r in frows)
+            return check_pin(name, pinned, ValueType.DOUBLE_ARRAY), frows, value_bytes(ValueType.DOUBLE_ARRAY, frows)
     if pa.types.is_struct(t) or pa.types.is_map(t):
         out = [struct_json(name, dict(v) if not isinstance(v, dict) else v) for v in col.to_pylist()]
-        return check_pin(name, pinned, ValueType.STRUCT), out, text_bytes(out) + 3 * len(out)
+        return check_pin(name, pinned, ValueType.STRUCT), out, value_bytes(ValueType.STRUCT, out)
     raise TypeError(f"column {name!r} has Arrow type {t}, which has no Nominal type")
