@@ -10,12 +10,12 @@ client's; it competes for the same 2 cores in wall time, which counts against ev
 - ``ours→grpc``: ``NominalStream`` over gRPC ``WriteColumnBatches``.
 
 The shapes are ``bench_stream``'s (wide, deep, grouped, scalar, float arrays 8/64/512, string
-arrays 32), written through the API both clients share. As there, every measurement runs in a
-fresh process after two unmeasured warm-up runs; rounds alternate the client order; the table
-shows medians of points/s (wall time from the first call to the end of close, i.e. everything
-acknowledged) and client CPU seconds per million points, and ratios to nominal-streaming from the
-same run. Delivery is verified every round by counting what the server stored for the run's
-dataset.
+arrays 32, one row repeated and rows that differ), written through the API both clients share.
+As there, every measurement runs in a fresh process after two unmeasured warm-up runs; rounds
+alternate the client order; the table shows medians of points/s (wall time from the first call
+to the end of close, i.e. everything acknowledged) and client CPU seconds per million points,
+and ratios to nominal-streaming from the same run. Delivery is verified every round by counting
+what the server stored for the run's dataset.
 
 Run: ``.venv/bin/python -m benchmarks.bench_http [--rounds 3] [--scale 1.0] [--only deep wide]
 [--clients ...] [--request-mib 4]``

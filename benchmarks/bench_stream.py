@@ -111,6 +111,15 @@ def _shapes(scale: float) -> dict[str, tuple[int, Callable[[Any], None]]]:
         for i in range(sa_calls):
             f("sarr", T0 + i, srow)
 
+    # Rows that differ from call to call (a sample id first): the server's decoder splits a row
+    # that repeats only once, which string_array_32's one row always takes.
+    sd_rows = [[f"id{i}", *srow[1:]] for i in range(sa_calls)]
+
+    def sarr_distinct(s: Any) -> None:
+        f = s.enqueue_string_array
+        for i, row in enumerate(sd_rows):
+            f("sarr", T0 + i, row)
+
     fa8, fa64, fa512 = n(200_000), n(50_000), n(10_000)
     return {
         "wide": (wide_rows * WIDE_CHANNELS, wide),
@@ -121,6 +130,7 @@ def _shapes(scale: float) -> dict[str, tuple[int, Callable[[Any], None]]]:
         "float_array_64": (fa64, farr(64, fa64)),
         "float_array_512": (fa512, farr(512, fa512)),
         "string_array_32": (sa_calls, sarr),
+        "string_array_32_distinct": (sa_calls, sarr_distinct),
     }
 
 
