@@ -929,6 +929,8 @@ def test_string_array_strings_split_across_points_are_refused_as_upb_does() -> N
     with pytest.raises(DecodeError):
         decode_write_nominal(data, RID)
 
+
+# ---------------------------------------------------------------------------------------------
 # Many series in one request: the grouped encode (all series of a kind in one set of passes)
 # ---------------------------------------------------------------------------------------------
 
