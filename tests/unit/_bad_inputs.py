@@ -436,6 +436,28 @@ def _cases() -> list[Case]:
         "not exact as a double",
     )
     bad("array-bytes", "array value: a numpy bytes array", ("c102", B, np.array([b"x"])), "ElementError", "bytes")
+    # numpy turns a complex into a float by dropping its imaginary part (with only a warning).
+    bad(
+        "array-complex-tuple",
+        "array value: a numpy complex number in a tuple of floats",
+        ("c103", B, (1.0, np.complex128(2 + 3j))),
+        "TypeError",
+        "real numbers",
+    )
+    bad(
+        "array-object-int-2p53",
+        "array value: an int beyond 2**53 in an object ndarray",
+        ("c105", B, np.array([1.0, 2**53 + 1], dtype=object)),
+        "TypeError",
+        "not exact as a double",
+    )
+    bad(
+        "array-complex-ndarray",
+        "array value: a complex ndarray",
+        ("c104", B, np.array([1 + 2j, 3j])),
+        "TypeError",
+        "real numbers",
+    )
     return out
 
 

@@ -142,3 +142,43 @@ def test_float_row_finds_an_inexact_int_anywhere_in_a_short_or_long_row(
         float_row("c", row)
     row[at] = 2**63 if bad > 0 else -(2**63)  # beyond 2**53 but a double itself: exact
     assert np.frombuffer(float_row("c", row), dtype=np.float64)[at] == float(row[at])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        (1.0, np.complex128(1j)),
+        (np.complex64(1),),  # a zero imaginary part too: a complex is not a real number
+        np.array([1.0, 2j]),
+        np.array([1.0, np.complex128(1j)], dtype=object),
+    ],
+    ids=["tuple", "tuple-complex64", "complex-ndarray", "object-ndarray"],
+)
+def test_a_complex_number_in_a_double_array_is_refused_not_cut_to_its_real_part(row: object) -> None:
+    # numpy converts a complex to a float by dropping its imaginary part, with only a warning.
+    target = RecordingTarget()
+    with NominalStream(target, dataset_rid=RID, linger=None) as stream:
+        stream.enqueue_float_array("ok", T0, [1.0])
+        with pytest.raises(TypeError, match=r"'bad'.*real numbers"):
+            stream.enqueue_float_array("bad", T0, row)
+        with pytest.raises(TypeError, match=r"'rows'.*real numbers"):
+            stream.enqueue_batch("rows", [T0, T0 + 1], [[1.0, 2.0], row])
+        with pytest.raises(TypeError, match=r"'wide'.*real numbers"):
+            stream.enqueue_from_dict(T0, {"fine": 1.0, "wide": row})
+    points = target.points()
+    assert SeriesKey.of("ok") in points
+    assert not {SeriesKey.of(c) for c in ("bad", "rows", "wide", "fine")} & set(points)
+
+
+def test_complex_numbers_are_refused_whatever_warning_filter_the_caller_set() -> None:
+    # The check looks at the elements, not at numpy's warning: filters that hide it or raise it
+    # change nothing (a raised warning is not a TypeError, and would escape as a crash).
+    import warnings
+
+    rows = [(1.0, np.complex128(1j)), np.array([1.0, 2j]), np.array([1j], dtype=object)]
+    for action in ("ignore", "always", "error"):
+        with warnings.catch_warnings():
+            warnings.simplefilter(action)  # type: ignore[call-overload]
+            for row in rows:
+                with pytest.raises(TypeError, match="real numbers"):
+                    float_row("c", row)
