@@ -11,9 +11,9 @@ Life cycle (Beam reuses one instance for many bundles, one instance per concurre
   buffer, request sequence and delivery report, so request cut points depend only on the
   bundle's data and a retried bundle re-sends byte-identical requests, which carry the same
   idempotency keys. Cheap: no thread, no connection.
-* ``process``: an ordinary method. A plain point of a known double series is appended in the
-  call itself; any other element, by its reader, to the bundle's ``PointBatch``, which checks it
-  whole; a bad element is returned at once, as this call's only
+* ``process``: an ordinary method, compiled (``_fastpath.c``; ``_PythonProcess`` where it is not
+  built). A plain point of a known double series is appended in the call itself; any other
+  element, by its reader (``_slow``), to the bundle's ``PointBatch``, which checks it whole; a bad element is returned at once, as this call's only
   output, so Beam gives the ``FailedElement`` the element's own timestamp and windows (and
   runners that drop what ``finish_bundle`` outputs, such as Dask's, still see it). Every
   ``HANDOVER_POINTS`` points the batch goes to the stream in one call; the stream cuts requests
@@ -40,7 +40,7 @@ import threading
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -211,7 +211,41 @@ def report_lineage(target: Any, dataset_rid: str) -> Callable[[], None]:
     return lambda: Lineage.sinks().add("nominal", *segments)
 
 
-class WriteDoFn(beam.DoFn):
+class _Writer(Protocol):
+    _batch: PointBatch
+    _flat_limit: int
+
+    def _slow(self, element: Any) -> Iterable[FailedElement]: ...
+
+    def _handover(self) -> None: ...
+
+
+class _PythonProcess:
+    """``WriteDoFn.process`` where the compiled one (``_fastpath.c``) was not built, as on a
+    machine without a C compiler: the same points, with a Python call more a point."""
+
+    def process(self: _Writer, element: Any) -> Iterable[FailedElement]:
+        # A tuple is the commonest plain point; other shapes' readers call add_fast themselves.
+        if type(element) is tuple and len(element) == 3 and self._batch.add_fast(*element):
+            if len(self._batch.flat) >= self._flat_limit:
+                self._handover()
+            return ()
+        return self._slow(element)
+
+    def _bind_fast(self, *what: Any) -> None:
+        pass  # this process reads the instance's attributes
+
+
+if TYPE_CHECKING:
+    _ProcessBase = _PythonProcess
+else:
+    try:
+        from beam_nominal.beam._fastpath import FastProcess as _ProcessBase
+    except ImportError:
+        _ProcessBase = _PythonProcess
+
+
+class WriteDoFn(_ProcessBase, beam.DoFn):
     """Writes elements of any supported shape; outputs the ones it cannot write (``FailedElement``)."""
 
     def __init__(self, config: SinkConfig) -> None:
@@ -234,6 +268,7 @@ class WriteDoFn(beam.DoFn):
         self._timestamp_field = config.timestamp_field
         #: ``batch.flat`` holds three items per point.
         self._flat_limit = 3 * HANDOVER_POINTS
+        self._rebind()
 
     def __getstate__(self) -> dict[str, Any]:
         # Config only: a half-used instance must never ship a live stream or channel.
@@ -275,48 +310,26 @@ class WriteDoFn(beam.DoFn):
             **settings,
         )
 
-    def process(self, element: Any) -> Iterable[FailedElement]:
+    def _slow(self, element: Any) -> Iterable[FailedElement]:
+        """Any element but a plain point of a known double series (which ``process`` appends
+        itself): read by its shape's reader, which checks it whole."""
         batch = self._batch
-        # The commonest elements of all, a (channel, int ns, float) point of a known double
-        # series as a tuple, a NamedTuple of those fields in that order, or a dict or beam.Row
-        # of just those three, are appended here: PointBatch.add_fast's rule, inlined, as a
-        # call costs more than the rule (instructions a point in docs/benchmarks.md;
-        # tests/unit/test_fast_path.py holds both copies to the same points).
-        cls = type(element)
-        full = False
         try:
-            if cls is tuple or cls in self._points:
-                channel, ts, value = element
-            elif cls is dict or cls in self._rows:
-                fields = element if cls is dict else vars(element)  # a Row's fields, in place
-                if len(fields) == 3:
-                    channel, ts, value = fields["channel"], fields[self._timestamp_field], fields["value"]
-                else:
-                    ts = None  # a point with tags, or no point: its reader
-            else:
-                ts = None
-            if type(ts) is int and type(value) is float and -9223372036854775808 < ts <= 9223372036854775807:
-                flat = batch.flat
-                flat.append(batch.fast[channel])  # three appends: cheaper than one of a tuple
-                flat.append(ts)
-                flat.append(value)
-                if len(flat) < self._flat_limit:
-                    return ()
-                full = True
-        except (KeyError, TypeError, ValueError):  # not a point of this shape, or not a known channel
-            pass
-        if full:
-            # Outside the try: a failed hand-over must fail the bundle, not pass for a slow element.
-            self._stream.enqueue_chunks(batch.take())
-            return ()
-        try:
-            read = self._readers.get(cls) or self._reader(element)
+            read = self._readers.get(type(element)) or self._reader(element)
             read(element)
         except ELEMENT_ERRORS as exc:
             return self._fail(failed(element, exc))
         if len(batch.flat) >= self._flat_limit or batch.nbytes >= HANDOVER_BYTES:
-            self._stream.enqueue_chunks(batch.take())
+            self._handover()
         return ()
+
+    def _handover(self) -> None:
+        """The batch to the stream, in one call; its errors fail the bundle."""
+        self._stream.enqueue_chunks(self._batch.take())
+
+    def _rebind(self) -> None:
+        """Tell the compiled ``process`` what it reads (the Python one reads the attributes)."""
+        self._bind_fast(self._batch, self._points, self._rows, self._timestamp_field, self._flat_limit)
 
     def _reader(self, element: Any) -> Reader:
         cls = type(element)

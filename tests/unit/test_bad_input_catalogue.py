@@ -20,7 +20,7 @@ from _bad_inputs import CASES, Case, Failed, Point, exact
 from _stream_fakes import RecordingTarget
 
 from beam_nominal.beam import FailedElement
-from beam_nominal.beam._dofn import SinkConfig, WriteDoFn
+from beam_nominal.beam._dofn import SinkConfig, WriteDoFn, _PythonProcess
 from beam_nominal.stream import NominalStream
 
 B = 1_700_000_000_000_000_000
@@ -43,10 +43,15 @@ def expected(points: list[Point]) -> list[tuple[Any, ...]]:
     return sorted((ch, tuple(sorted(tags.items())), t, exact(v)) for ch, tags, _vt, t, v in points)
 
 
-@pytest.fixture
-def dofn() -> Iterator[tuple[WriteDoFn, RecordingTarget]]:
+class PythonWriteDoFn(_PythonProcess, WriteDoFn):  # type: ignore[misc]
+    """WriteDoFn where its compiled process is not built."""
+
+
+@pytest.fixture(params=["compiled", "python"])
+def dofn(request: pytest.FixtureRequest) -> Iterator[tuple[WriteDoFn, RecordingTarget]]:
     target = RecordingTarget()
-    fn = WriteDoFn(SinkConfig(target=lambda: target, dataset_rid="ri.test.catalogue"))
+    cls = WriteDoFn if request.param == "compiled" else PythonWriteDoFn
+    fn = cls(SinkConfig(target=lambda: target, dataset_rid="ri.test.catalogue"))
     fn.setup()
     try:
         yield fn, target
