@@ -214,7 +214,9 @@ class PointBatch:
         if type(value) is float and type(ts) is int and -9223372036854775808 < ts <= 9223372036854775807:
             try:
                 code = self.fast[channel]
-            except (KeyError, TypeError):  # an unknown or unhashable channel
+            except (KeyError, TypeError, ValueError):  # an unknown or unhashable channel
+                # (ValueError: a channel whose __hash__ raises it; the checked path makes that a
+                # FailedElement, as the compiled WriteDoFn.process does, not a failed bundle)
                 return False
             flat = self.flat
             flat.append(code)  # three appends: cheaper than one of a tuple

@@ -13,9 +13,10 @@ Life cycle (Beam reuses one instance for many bundles, one instance per concurre
   idempotency keys. Cheap: no thread, no connection.
 * ``process``: an ordinary method, compiled (``_fastpath.c``; ``_PythonProcess`` where it is not
   built). A plain point of a known double series is appended in the call itself; any other
-  element, by its reader (``_slow``), to the bundle's ``PointBatch``, which checks it whole; a bad element is returned at once, as this call's only
-  output, so Beam gives the ``FailedElement`` the element's own timestamp and windows (and
-  runners that drop what ``finish_bundle`` outputs, such as Dask's, still see it). Every
+  element, by its reader (``_slow``), to the bundle's ``PointBatch``, which checks it whole; a
+  bad element is returned at once, as this call's only output, so Beam gives the
+  ``FailedElement`` the element's own timestamp and windows (and runners that drop what
+  ``finish_bundle`` outputs, such as Dask's, still see it). Every
   ``HANDOVER_POINTS`` points the batch goes to the stream in one call; the stream cuts requests
   on its budget, so memory stays bounded whatever the bundle size.
 * ``finish_bundle``: hands the rest over and returns only once every point of the bundle is
@@ -276,6 +277,12 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["_config"])  # type: ignore[misc]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its configuration, as __setstate__ does. Spelled out because pickle's
+        # protocols 0 and 1 (copyreg's default reduce) cannot copy a compiled base class such
+        # as FastProcess: "cannot pickle 'FastProcess' object".
+        return (type(self), (self._config,))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(target={self._config.target!r}, dataset_rid={self._config.dataset_rid!r})"

@@ -55,7 +55,12 @@ in_set(PyObject *set, PyTypeObject *cls)
     if (set == NULL || PySet_GET_SIZE(set) == 0) {
         return 0;
     }
-    return PySet_Contains(set, (PyObject *)cls);
+    /* Held for the lookup: a metaclass's __eq__ runs Python code, which may rebind the DoFn
+     * (_rebind with a new set) and so free the set the lookup is still reading. */
+    Py_INCREF(set);
+    int found = PySet_Contains(set, (PyObject *)cls);
+    Py_DECREF(set);
+    return found;
 }
 
 /* One of the three fields of a point mapping, as a new reference; NULL with no error set if
@@ -88,8 +93,14 @@ append_fast(FastProcess *self, PyObject *channel, PyObject *ts, PyObject *value)
     if (t == -1 && PyErr_Occurred()) {
         return -1;
     }
-    PyObject *fast = PyDict_GetItemWithError(self->batch, str_fast);
+    /* One batch for the whole point, held: the channel lookup below may run Python code
+     * (a str subclass's __hash__ or __eq__), which may rebind the DoFn to another batch. As in
+     * add_fast (a method of one batch), the code is appended to the flat list of the batch
+     * whose fast map gave it, and that batch's namespace outlives the lookup. */
+    PyObject *batch = Py_NewRef(self->batch);
+    PyObject *fast = PyDict_GetItemWithError(batch, str_fast);
     if (fast == NULL || !PyDict_Check(fast)) {
+        Py_DECREF(batch);
         return PyErr_Occurred() ? -1 : 0;
     }
     Py_INCREF(fast); /* the lookup below may run Python code, which may replace batch.fast */
@@ -97,14 +108,16 @@ append_fast(FastProcess *self, PyObject *channel, PyObject *ts, PyObject *value)
     Py_XINCREF(code);
     Py_DECREF(fast);
     if (code == NULL) {
+        Py_DECREF(batch);
         return PyErr_Occurred() ? (not_this_shape() ? 0 : -1) : 0;
     }
-    PyObject *flat = PyDict_GetItemWithError(self->batch, str_flat);
+    PyObject *flat = PyDict_GetItemWithError(batch, str_flat);
+    Py_XINCREF(flat); /* before the batch is let go: the batch may hold the only reference */
+    Py_DECREF(batch);
     if (flat == NULL) {
         Py_DECREF(code);
         return PyErr_Occurred() ? -1 : 0;
     }
-    Py_INCREF(flat);
     int rc = 0;
     if (!PyList_CheckExact(flat)) {
         rc = 0;
@@ -167,10 +180,13 @@ FastProcess_process(FastProcess *self, PyObject *element)
             Py_DECREF(fields);
             goto slow;
         }
-        /* New references: looking one up may run Python code that changes the mapping. */
+        /* New references: looking one up may run Python code that changes the mapping (or
+         * rebinds the DoFn: the timestamp field's name is held for its own lookup). */
+        PyObject *ts_field = Py_NewRef(self->ts_field);
         channel = field(fields, str_channel);
-        ts = channel ? field(fields, self->ts_field) : NULL;
+        ts = channel ? field(fields, ts_field) : NULL;
         value = ts ? field(fields, str_value) : NULL;
+        Py_DECREF(ts_field);
         Py_DECREF(fields);
         if (value == NULL) {
             Py_XDECREF(channel);

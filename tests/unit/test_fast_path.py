@@ -9,6 +9,7 @@ Python ``process`` used where the module is not built to the same points.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -18,7 +19,7 @@ import pytest
 from _stream_fakes import RecordingTarget
 
 from beam_nominal._pipeline.staging import PointBatch
-from beam_nominal.beam._dofn import SinkConfig, WriteDoFn, _PythonProcess
+from beam_nominal.beam._dofn import SinkConfig, WriteChunksDoFn, WriteDoFn, _PythonProcess
 
 B = 1_700_000_000_000_000_000
 
@@ -196,3 +197,108 @@ def test_a_failed_hand_over_on_the_fast_path_is_raised_not_taken_for_a_slow_elem
     with pytest.raises(SeriesTypeError):
         dofn.process(("c", B + 1, 0.5))
     assert dofn._batch.flat == []
+
+
+class RaisingHash(str):
+    """A channel equal to "c" whose ``__hash__`` raises ``exc``."""
+
+    exc: BaseException = ValueError("no hash")
+
+    def __hash__(self) -> int:
+        raise self.exc
+
+    __eq__ = str.__eq__
+
+
+@pytest.mark.parametrize("shape", ["tuple", "dict"])
+def test_a_channel_whose_hash_raises_value_error_fails_the_element_not_the_bundle(dofn: WriteDoFn, shape: str) -> None:
+    # The compiled process takes ValueError, as KeyError and TypeError, for "not a fast point"
+    # and the checked path then fails the element; add_fast took only the two, so the Python
+    # process let it out of process for a tuple (the bundle failed) and failed only a dict.
+    dofn._batch.add_tagged("c", B - 1, 0.25, None)
+    out = list(dofn.process(SHAPES[shape](RaisingHash("c"), B, 0.5)))
+    assert [f.error for f in out] == ["ValueError"]
+    assert not PointBatch().add_fast(RaisingHash("c"), B, 0.5)
+
+
+@pytest.mark.parametrize("shape", ["tuple", "dict"])
+def test_a_channel_whose_hash_raises_another_error_fails_the_bundle(dofn: WriteDoFn, shape: str) -> None:
+    class Broken(RaisingHash):
+        exc = RuntimeError("broken hash")
+
+    dofn._batch.add_tagged("c", B - 1, 0.25, None)
+    with pytest.raises(RuntimeError, match="broken hash"):
+        dofn.process(SHAPES[shape](Broken("c"), B, 0.5))
+
+
+def test_a_channel_whose_hash_rebinds_the_dofn_goes_to_the_batch_that_knew_it(dofn: WriteDoFn) -> None:
+    # As add_fast (a method of one batch): the series code goes to the flat list of the batch
+    # whose fast map gave it, never to another batch that has no such series.
+    dofn._batch.add_tagged("c", B - 1, 0.25, None)
+    old = dofn._batch
+
+    class Rebinding(str):
+        def __hash__(self) -> int:
+            dofn._batch = PointBatch()
+            dofn._rebind()
+            return str.__hash__(self)
+
+        __eq__ = str.__eq__
+
+    assert list(dofn.process((Rebinding("c"), B, 0.5))) == []
+    assert old.flat[3:] == [old.fast["c"], B, 0.5]
+    assert dofn._batch.flat == []
+
+
+def test_a_class_lookup_that_rebinds_the_dofn_does_not_read_a_freed_set() -> None:
+    # The point classes' set is looked up with the element's class; a metaclass's __eq__ runs
+    # Python code, here dropping the set being searched. The compiled process must hold it for
+    # the lookup: it read freed memory (a segfault under PYTHONMALLOC=debug, which poisons it).
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = """if True:
+        from beam_nominal.beam._fastpath import FastProcess
+
+        class Batch: pass
+        class Fn(FastProcess):
+            def _slow(self, element): return "slow"
+        fn, batch = Fn(), Batch()
+        batch.fast, batch.flat = {"c": 0}, []
+        class Meta(type):
+            def __hash__(cls): return 1
+            def __eq__(cls, other):
+                fn._bind_fast(batch, set(), set(), "timestamp", 99)  # frees the set searched
+                return False
+        class Known(tuple, metaclass=Meta): pass
+        class Other(tuple, metaclass=Meta): pass
+        fn._bind_fast(batch, {Known}, set(), "timestamp", 99)  # the only reference to the set
+        assert fn.process(Other(("c", 1, 0.5))) == "slow"
+        print("ok")
+    """
+    env = {**os.environ, "PYTHONMALLOC": "debug"}
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+@pytest.mark.parametrize("cls", [WriteDoFn, WriteChunksDoFn], ids=lambda c: c.__name__)
+def test_the_dofn_pickles_with_every_protocol(cls: type[WriteDoFn], protocol: int) -> None:
+    # Protocols 0 and 1 (copyreg's default reduce) cannot copy a compiled base class: "cannot
+    # pickle 'FastProcess' object" until WriteDoFn said how it is rebuilt (__reduce__).
+    fn = cls(SinkConfig(target=RecordingTarget, dataset_rid="ri.test.fast"))
+    copied = pickle.loads(pickle.dumps(fn, protocol=protocol))
+    assert type(copied) is cls and copied._config == fn._config
+    copied.setup()
+    copied.start_bundle()
+    try:
+        if cls is WriteDoFn:
+            copied._batch.add_tagged("c", B - 1, 0.25, None)
+            assert list(copied.process(("c", B, 0.5))) == []  # bound to its own new batch
+            assert copied._batch.flat[3:] == [copied._batch.fast["c"], B, 0.5]
+        assert copied.finish_bundle() is None
+    finally:
+        copied.teardown()
