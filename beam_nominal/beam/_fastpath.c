@@ -155,7 +155,7 @@ FastProcess_process(FastProcess *self, PyObject *element)
         Py_INCREF(value);
     }
     else if (found < 0) {
-        return NULL;
+        goto class_lookup_failed;
     }
     else {
         if (cls == &PyDict_Type) {
@@ -171,7 +171,7 @@ FastProcess_process(FastProcess *self, PyObject *element)
             }
         }
         else if (found < 0) {
-            return NULL;
+            goto class_lookup_failed;
         }
         else {
             goto slow;
@@ -217,6 +217,15 @@ FastProcess_process(FastProcess *self, PyObject *element)
     }
 slow:
     return PyObject_CallMethodOneArg((PyObject *)self, str_slow, element);
+
+class_lookup_failed:
+    /* The element's class could not be hashed (its metaclass's __hash__ or __eq__ raised). The
+     * Python process looks the class up in _slow too (its reader), where a KeyError, TypeError
+     * or ValueError fails the element and anything else the bundle: so the same here. */
+    if (not_this_shape()) {
+        goto slow;
+    }
+    return NULL;
 }
 
 static PyObject *
