@@ -12,7 +12,7 @@ BEAM_MIN_STAMP := $(BEAM_MIN)/.installed
 
 .PHONY: demo test lint unit integration beam beam-min compat proto proto-check bench clean
 
-$(STAMP): pyproject.toml setup.py beam_nominal/beam/_fastpath.c
+$(STAMP): pyproject.toml setup.py beam_nominal/_pipeline/_fastpath.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,dev,plot]'
@@ -28,7 +28,7 @@ $(COMPAT_STAMP): tests/compat/requirements.txt
 
 # The same package at the bottom of its ranges (oldest Beam, grpcio and protobuf that pyproject.toml
 # allows), so the beam tier is tested at both ends of what we declare; .venv has the newest.
-$(BEAM_MIN_STAMP): pyproject.toml setup.py beam_nominal/beam/_fastpath.c tests/beam_min/constraints.txt
+$(BEAM_MIN_STAMP): pyproject.toml setup.py beam_nominal/_pipeline/_fastpath.c tests/beam_min/constraints.txt
 	test -x $(BEAM_MIN_PY) || $(PYTHON) -m venv $(BEAM_MIN)
 	$(BEAM_MIN_PY) -m pip install -q --upgrade pip
 	$(BEAM_MIN_PY) -m pip install -q -e '.[test]' -c tests/beam_min/constraints.txt

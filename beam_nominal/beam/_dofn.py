@@ -241,7 +241,7 @@ if TYPE_CHECKING:
     _ProcessBase = _PythonProcess
 else:
     try:
-        from beam_nominal.beam._fastpath import FastProcess as _ProcessBase
+        from beam_nominal._pipeline._fastpath import FastProcess as _ProcessBase
     except ImportError:
         _ProcessBase = _PythonProcess
 

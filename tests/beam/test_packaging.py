@@ -132,8 +132,8 @@ def test_the_wheel_alone_runs_on_external_workers(tmp_path: Path) -> None:
     assert tracked, "no tracked files of the packages"
     # A C source is in the wheel as its compiled module (setup.py), not as itself.
     sources = {f for f in tracked if f.endswith(".c")}
-    assert sources == {"beam_nominal/beam/_fastpath.c"}
-    compiled = {f for f in in_wheel if f.startswith("beam_nominal/beam/_fastpath.") and f.endswith(".so")}
+    assert sources == {"beam_nominal/_pipeline/_fastpath.c"}
+    compiled = {f for f in in_wheel if f.startswith("beam_nominal/_pipeline/_fastpath.") and f.endswith(".so")}
     assert len(compiled) == 1, sorted(in_wheel)
     assert sorted(tracked - sources - in_wheel) == [], "tracked files of the packages missing from the wheel"
 
@@ -153,7 +153,7 @@ def test_the_wheel_alone_runs_on_external_workers(tmp_path: Path) -> None:
     _ok(_run([str(venv / "bin" / "beam-nominal"), "--help"], cwd=tmp_path))
     # The workers run the compiled process, not the Python one.
     compiled_process = (
-        "from beam_nominal.beam import _dofn, _fastpath\n"
+        "from beam_nominal._pipeline import _fastpath; from beam_nominal.beam import _dofn\n"
         "assert _dofn.WriteDoFn.process is _fastpath.FastProcess.process"
     )
     _ok(_run([str(python), "-I", "-c", compiled_process], cwd=tmp_path))

@@ -1,6 +1,6 @@
 """The fast path for single points is written twice: ``PointBatch.add_fast`` (under
 ``NominalStream.enqueue`` and every element reader) and the compiled ``WriteDoFn.process``
-(``beam/_fastpath.c``: in Python the call and the rule cost more than nominal-streaming's whole
+(``_pipeline/_fastpath.c``: in Python the call and the rule cost more than nominal-streaming's whole
 sink). Both must take exactly the same points, append them the same way, and leave every other
 one to the checked path. These tests hold them together, value by value and for every element
 shape the compiled process reads (tuple, dict, ``beam.Row``, point NamedTuple), and hold the
@@ -96,7 +96,7 @@ IMPLEMENTATIONS = {"compiled": WriteDoFn, "python": PythonWriteDoFn}
 def test_the_compiled_process_is_built_and_is_the_one_writedofn_uses() -> None:
     # make test and CI build it (setup.py); were it silently missing, the suite would test and
     # the benchmarks measure only the Python process.
-    from beam_nominal.beam import _fastpath
+    from beam_nominal._pipeline import _fastpath
 
     assert WriteDoFn.process is _fastpath.FastProcess.process  # type: ignore[comparison-overlap]
 
@@ -260,7 +260,7 @@ def test_a_class_lookup_that_rebinds_the_dofn_does_not_read_a_freed_set() -> Non
     from pathlib import Path
 
     script = """if True:
-        from beam_nominal.beam._fastpath import FastProcess
+        from beam_nominal._pipeline._fastpath import FastProcess
 
         class Batch: pass
         class Fn(FastProcess):

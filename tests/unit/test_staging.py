@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from beam_nominal._pipeline.staging import Chunk, ElementError, PointBatch
 from beam_nominal.errors import SeriesTypeError
@@ -839,3 +841,53 @@ def test_a_chunk_of_empty_rows_takes_the_array_type_its_series_has(
     assert [len(r) for c in chunks for r in c.values] == [1, 0]
     with pytest.raises(SeriesTypeError):  # rows that are not empty still conflict
         b.add_chunk(empty._replace(values=[np.array([1.0])] if pinned is ValueType.STRING_ARRAY else [("a",)]))
+
+
+_SERIES_VALUES = {
+    "d": st.floats(allow_nan=True, allow_infinity=True),
+    "n": st.floats(width=64).map(np.float64),  # a numpy float: a float subclass
+    "i": st.integers(-(2**63), 2**63 - 1),
+    "s": st.text(alphabet="ab\u00e9", max_size=3),
+}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(sorted(_SERIES_VALUES)), st.integers(-(2**63) + 1, 2**63 - 1)),
+        min_size=1,
+        max_size=60,
+    ),
+    st.data(),
+)
+def test_the_compiled_flat_split_settles_exactly_as_numpy_does(
+    points: list[tuple[str, int]], data: st.DataObject
+) -> None:
+    # _fastpath.flat_columns splits the flat list of single points in C when every value is a
+    # float; the same points through numpy's path (flat_columns absent) give the same chunks.
+    from beam_nominal._pipeline import staging
+
+    assert staging.flat_columns is not None, "the compiled module is not built"
+    batch_points = [(f"{kind}{t % 3}", t, data.draw(_SERIES_VALUES[kind])) for kind, t in points]
+
+    def take(split: object) -> list[tuple[object, ...]]:
+        original = staging.flat_columns
+        staging.flat_columns = split  # type: ignore[assignment]
+        try:
+            batch = PointBatch()
+            for channel, t, value in batch_points:
+                if not batch.add_fast(channel, t, value):
+                    batch.add_tagged(channel, t, value, None)
+            return [
+                (c.key, c.vtype, np.asarray(c.timestamps).tolist(), _bits(c.values), c.nbytes) for c in batch.take()
+            ]
+        finally:
+            staging.flat_columns = original
+
+    assert take(staging.flat_columns) == take(None)
+
+
+def _bits(values: object) -> object:
+    if isinstance(values, np.ndarray) and values.dtype == np.float64:
+        return values.view(np.uint64).tolist()  # NaN payloads and -0.0 compared exactly
+    return [v.hex() if isinstance(v, float) else v for v in np.asarray(values, dtype=object).tolist()]
