@@ -179,7 +179,8 @@ class PointBatch:
         #: What the fast path takes (see add_fast): _all_fast, or nothing while rows are
         #: pending (so a single point after a wide record's row takes the checked path, which
         #: settles the rows first and keeps each series in arrival order). Read, never written,
-        #: by the one other copy of the fast path, ``WriteDoFn.process``.
+        #: by the one other copy of the fast path, the compiled ``WriteDoFn.process``
+        #: (``_fastpath.c``, which reads ``fast`` and ``flat`` from the batch's ``__dict__``).
         self.fast: dict[str, int] = self._all_fast
         #: tag items as given -> the block the last record with those tags went to.
         self._last_block: dict[tuple[Any, ...], _Block] = {}
@@ -212,9 +213,9 @@ class PointBatch:
         :meth:`add_tagged`).
 
         The hot path of the package: three type tests and a dict lookup, and the point goes to
-        the flat list in three appends. ``WriteDoFn.process`` inlines the same rule (a call
-        there costs more than the rule; ``tests/unit/test_fast_path.py`` holds the two to the
-        same points).
+        the flat list in three appends. The compiled ``WriteDoFn.process`` (``_fastpath.c``)
+        applies the same rule to each element shape (in Python the call costs more than the
+        rule; ``tests/unit/test_fast_path.py`` holds the two to the same points).
         """
         # Literals, not module constants: a global lookup costs as much as a comparison.
         if type(value) is float and type(ts) is int and -9223372036854775808 < ts <= 9223372036854775807:
