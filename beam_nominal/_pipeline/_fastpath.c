@@ -21,7 +21,7 @@
  *
  * FastProcess is a base class: WriteDoFn(FastProcess, beam.DoFn), so process is an ordinary
  * method of the DoFn. It holds only references to the instance's own objects, set by _bind_fast;
- * pickling goes through WriteDoFn's __getstate__ (configuration only).
+ * pickling goes through WriteDoFn's __reduce__ (configuration only).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

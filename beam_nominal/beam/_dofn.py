@@ -271,17 +271,10 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
         self._flat_limit = 3 * HANDOVER_POINTS
         self._rebind()
 
-    def __getstate__(self) -> dict[str, Any]:
-        # Config only: a half-used instance must never ship a live stream or channel.
-        return {"_config": self._config}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["_config"])  # type: ignore[misc]
-
     def __reduce__(self) -> tuple[Any, ...]:
-        # Rebuilt from its configuration, as __setstate__ does. Spelled out because pickle's
-        # protocols 0 and 1 (copyreg's default reduce) cannot copy a compiled base class such
-        # as FastProcess: "cannot pickle 'FastProcess' object".
+        # Config only: a half-used instance must never ship a live stream or channel, so a copy
+        # is a new instance of its configuration. A reduce rather than __getstate__: copyreg's
+        # default (pickle's protocols 0 and 1) cannot copy the compiled base class FastProcess.
         return (type(self), (self._config,))
 
     def __repr__(self) -> str:
