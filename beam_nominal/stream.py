@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from beam_nominal._pipeline import interrupt as _interrupt
 from beam_nominal._pipeline import values as _values
@@ -549,7 +549,58 @@ def _finalize(core: _Core) -> None:
         _log.error("draining a dropped NominalStream: %s", exc)
 
 
-class NominalStream:
+class _Writes(Protocol):
+    def _enqueue(self, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None) -> None: ...
+
+    def _enqueue_float_array(
+        self, channel: str, timestamp: Any, values: Any, tags: Mapping[str, str] | None = None
+    ) -> None: ...
+
+
+class _PythonWrites:
+    """``NominalStream.enqueue`` and ``enqueue_float_array`` where the compiled ones
+    (``_fastpath.c``'s ``FastWrites``) were not built: the Python methods take every call.
+    The docstrings are the compiled methods' too (a test holds them equal)."""
+
+    def enqueue(self: _Writes, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None) -> None:
+        """Write one point.
+
+        Args:
+            channel: channel name.
+            timestamp: int ns, aware datetime, ISO-8601 string, datetime64, pandas/Beam Timestamp.
+            value: float, int, bool, str, numpy scalar, a mapping (stored as a JSON struct), or a
+                sequence of numbers or of strings (a double or string array).
+            tags: optional str -> str tags; None and {} are the same series.
+
+        Raises:
+            SeriesTypeError: the value's type differs from the series' pinned type.
+            ValueError / TypeError: a bad channel, tags, timestamp or value (``ElementError``
+                names the field).
+            StreamClosedError: the stream is not open.
+            BackpressureError: the buffer is full and ``block_on_full`` is off.
+        """
+        self._enqueue(channel, timestamp, value, tags)
+
+    def enqueue_float_array(
+        self: _Writes, channel: str, timestamp: Any, values: Any, tags: Mapping[str, str] | None = None
+    ) -> None:
+        """Write one double-array value (a 1-D sequence of numbers)."""
+        self._enqueue_float_array(channel, timestamp, values, tags)
+
+    def _bind_writes(self, core: Any) -> None:
+        pass  # these methods read the stream's attributes
+
+
+if TYPE_CHECKING:
+    _WritesBase = _PythonWrites
+else:
+    try:
+        from beam_nominal._pipeline._fastpath import FastWrites as _WritesBase
+    except ImportError:
+        _WritesBase = _PythonWrites
+
+
+class NominalStream(_WritesBase):
     """A buffered, concurrent, exact writer of telemetry to one Nominal dataset.
 
     Args:
@@ -632,6 +683,7 @@ class NominalStream:
             raise
         if batch.linger is not None:
             threading.Thread(target=core.linger_loop, name="beam-nominal-linger", daemon=True).start()
+        self._bind_writes(core)
         self._finalizer = weakref.finalize(self, _finalize, core)
         _interrupt.register(core)
 
@@ -662,23 +714,9 @@ class NominalStream:
     # nothing. It moves into the buffer after every column, every _SETTLE_POINTS single points
     # or a request's worth of rows, and before every cut (``_Core.move_staged``).
 
-    def enqueue(self, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None) -> None:
-        """Write one point.
-
-        Args:
-            channel: channel name.
-            timestamp: int ns, aware datetime, ISO-8601 string, datetime64, pandas/Beam Timestamp.
-            value: float, int, bool, str, numpy scalar, a mapping (stored as a JSON struct), or a
-                sequence of numbers or of strings (a double or string array).
-            tags: optional str -> str tags; None and {} are the same series.
-
-        Raises:
-            SeriesTypeError: the value's type differs from the series' pinned type.
-            ValueError / TypeError: a bad channel, tags, timestamp or value (``ElementError``
-                names the field).
-            StreamClosedError: the stream is not open.
-            BackpressureError: the buffer is full and ``block_on_full`` is off.
-        """
+    def _enqueue(self, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None) -> None:
+        """``enqueue`` in Python: every call where the compiled one is not built, else every call
+        but the common one (no tags, an int ns and a float of a known series), which it takes."""
         c = self._core
         staged = c.staged
         # acquire/release rather than `with`: measurably cheaper on this path.
@@ -694,7 +732,9 @@ class NominalStream:
             if c.first_buffered_at is None:
                 c.first_buffered_at = c.clock()
             # _write's steps, inlined: through _write a point costs 7,961 instructions, here
-            # 5,052 (callgrind, the scalar shape of bench_stream). Change both together.
+            # 5,052 (callgrind, the scalar shape of bench_stream, before the compiled enqueue
+            # took it), and the tagged points that still come here gain as much. Change both
+            # together, and FastWrites' locked_append (_fastpath.c), which makes these steps.
             if len(staged.flat) < c.settle_flat and staged.nbytes < c.max_bytes:
                 return
             reqs = c.settled()
@@ -745,10 +785,11 @@ class NominalStream:
         """
         self._write(self._core.staged.add_record, timestamp, channel_values, tags)
 
-    def enqueue_float_array(
+    def _enqueue_float_array(
         self, channel: str, timestamp: Any, values: Any, tags: Mapping[str, str] | None = None
     ) -> None:
-        """Write one double-array value (a 1-D sequence of numbers)."""
+        """``enqueue_float_array`` in Python (the compiled one takes a list of floats of a known
+        untagged series itself, packed as ``float_row`` packs it)."""
         row = _values.float_row(channel, values)
         self._write(self._core.staged.add_typed, channel, timestamp, ValueType.DOUBLE_ARRAY, row, tags)
 

@@ -1,11 +1,9 @@
-/* PointBatch's compiled paths: WriteDoFn.process (below, FastProcess) and the flat list's split
- * into columns (flat_columns, at the end).
+/* PointBatch's compiled paths: WriteDoFn.process (FastProcess), NominalStream's enqueue and
+ * enqueue_float_array (FastWrites), and the flat list's split into columns (flat_columns).
  *
- * WriteDoFn.process, compiled: the per-element fast path of WriteToNominal.
- *
- * Why C: Beam calls process once per element, and in Python the call and a dozen bytecodes of
- * the rule cost ~2,500 instructions a point, more than nominal-streaming's whole sink; compiled
- * (docs/benchmarks.md, "the DoFn's process, compiled") the call and the rule cost a few hundred.
+ * Why C: Beam calls process once per element, and a stream's caller enqueue once per point; in
+ * Python the call and a dozen bytecodes of the rule cost ~2,500 instructions a point, more than
+ * nominal-streaming's whole sink; compiled (docs/benchmarks.md) they cost a few hundred.
  *
  * The rule is PointBatch.add_fast's (beam_nominal/_pipeline/staging.py), read out of the element
  * shapes a plain point comes in: a (channel, int ns, float) tuple, a NamedTuple class of those
@@ -14,14 +12,21 @@
  * series code) goes onto batch.flat as three items. tests/unit/test_fast_path.py holds this
  * copy and add_fast to the same points, value by value.
  *
- * Anything else goes to the instance's Python method _slow(element), whose result is returned;
- * when batch.flat reaches the limit, _handover() is called (its errors propagate: a failed
- * hand-over fails the bundle). Lookup errors that mean "not this shape" (KeyError, TypeError,
- * ValueError, as the Python rule catches) send the element to _slow; any other error propagates.
+ * FastProcess: anything else goes to the instance's Python method _slow(element), whose result
+ * is returned; when batch.flat reaches the limit, _handover() is called (its errors propagate: a
+ * failed hand-over fails the bundle). Lookup errors that mean "not this shape" (KeyError,
+ * TypeError, ValueError, as the Python rule catches) send the element to _slow; any other error
+ * propagates.
  *
  * FastProcess is a base class: WriteDoFn(FastProcess, beam.DoFn), so process is an ordinary
  * method of the DoFn. It holds only references to the instance's own objects, set by _bind_fast;
  * pickling goes through WriteDoFn's __reduce__ (configuration only).
+ *
+ * FastWrites is NominalStream's base class, bound to the stream's core by _bind_writes: its
+ * enqueue and enqueue_float_array take the common call (no tags, an int ns, a float, or a list of
+ * floats, of a known series) under the core's lock, as the Python methods _enqueue and
+ * _enqueue_float_array would, and hand every other call to them, its four arguments by position
+ * (tests/unit/test_stream_writes.py holds the two to the same requests).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -307,6 +312,412 @@ static PyTypeObject FastProcessType = {
     .tp_methods = FastProcess_methods,
 };
 
+/* FastWrites: NominalStream's common calls, compiled. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *core;    /* the stream's _Core, for its settled() and submit() */
+    PyObject *state;   /* its __dict__: gate, first_buffered_at */
+    PyObject *batch;   /* the __dict__ of its PointBatch (core.staged) */
+    PyObject *acquire; /* core.lock's bound acquire and release */
+    PyObject *release;
+    /* The core's settle_flat, max_bytes and max_points: set once, when it is made. */
+    Py_ssize_t settle_flat, max_bytes, max_points;
+} FastWrites;
+
+static PyObject *str_gate, *str_first_buffered_at, *str_nbytes, *str_counted, *str_fast_arrays, *str_settled, *str_submit, *str_enqueue, *str_enqueue_float_array;
+
+/* The four arguments of a write (channel, timestamp, value or values, tags=None), given by
+ * position or keyword, into args4 (borrowed); 0, or -1 with a TypeError for a bad call, worded
+ * as Python's own C functions word it. */
+static int
+write_args(const char *method, const char *const *names, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+           PyObject **args4)
+{
+    args4[0] = args4[1] = args4[2] = args4[3] = NULL;
+    if (nargs > 4) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most 4 arguments (%zd given)", method, nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        args4[i] = args[i];
+    }
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        int at = -1;
+        for (int i = 0; i < 4 && at < 0; i++) {
+            if (PyUnicode_CompareWithASCIIString(name, names[i]) == 0) {
+                at = i;
+            }
+        }
+        if (at < 0) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", method, name);
+            return -1;
+        }
+        if (args4[at] != NULL) {
+            PyErr_Format(PyExc_TypeError, "argument for %s() given by name ('%s') and position (%d)", method,
+                         names[at], at + 1);
+            return -1;
+        }
+        args4[at] = args[nargs + k];
+    }
+    for (int i = 0; i < 3; i++) {
+        if (args4[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)", method, names[i], i + 1);
+            return -1;
+        }
+    }
+    if (args4[3] == NULL) {
+        args4[3] = Py_None;
+    }
+    return 0;
+}
+
+/* 1 if the write is one the compiled methods take: no tags, and the timestamp an int ns
+ * (-2**63 < ts <= 2**63 - 1, as add_fast). */
+static int
+common_write(PyObject *const *args4)
+{
+    int overflow = 0;
+    if (args4[3] != Py_None || !PyLong_CheckExact(args4[1])) {
+        return 0;
+    }
+    long long t = PyLong_AsLongLongAndOverflow(args4[1], &overflow);
+    return !overflow && t != LLONG_MIN; /* an exact int raises nothing here */
+}
+
+/* dict[key] as a Py_ssize_t; -1 with an error set where it is missing or not an int (or
+ * negative, which none of these is). */
+static Py_ssize_t
+dict_size(PyObject *dict, PyObject *key)
+{
+    PyObject *v = PyDict_GetItemWithError(dict, key);
+    if (v == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetObject(PyExc_KeyError, key);
+        }
+        return -1;
+    }
+    return PyLong_AsSsize_t(v);
+}
+
+/* Under the core's lock, append (code, ts, value) to the batch's flat list if the stream takes
+ * writes without waiting (gate off, a point already buffered) and map_key's map knows the
+ * channel; add nbytes to batch.nbytes if nonzero; then settle and cut as the Python methods do
+ * when the batch holds enough, and submit the cut requests once the lock is let go.
+ * 1 done, 0 not taken (nothing changed: the Python method takes the call), -1 error. */
+static int
+locked_append(FastWrites *self, PyObject *map_key, PyObject *channel, PyObject *ts, PyObject *value,
+              Py_ssize_t nbytes, int check_counted)
+{
+    /* Held for the call: the channel's hash or a clock may run Python code, which must not free
+     * what this reads (a stream is bound once, but the references cost nothing to hold). */
+    PyObject *core = Py_NewRef(self->core), *state = Py_NewRef(self->state), *batch = Py_NewRef(self->batch);
+    PyObject *release = Py_NewRef(self->release), *map = NULL, *code = NULL, *flat = NULL, *requests = NULL;
+    int rc = 0;
+    PyObject *held = PyObject_CallNoArgs(self->acquire);
+    if (held == NULL) {
+        Py_DECREF(core);
+        Py_DECREF(state);
+        Py_DECREF(batch);
+        Py_DECREF(release);
+        return -1;
+    }
+    Py_DECREF(held);
+
+    PyObject *gate = PyDict_GetItemWithError(state, str_gate);
+    PyObject *first = gate == NULL ? NULL : PyDict_GetItemWithError(state, str_first_buffered_at);
+    if (first == NULL) {
+        rc = PyErr_Occurred() ? -1 : 0;
+        goto unlock;
+    }
+    if (gate != Py_False || first == Py_None) {
+        goto unlock; /* closed, full, interrupted, or the first point since a cut: the Python path */
+    }
+    map = PyDict_GetItemWithError(batch, map_key);
+    if (map == NULL || !PyDict_CheckExact(map)) {
+        rc = PyErr_Occurred() ? -1 : 0;
+        map = NULL;
+        goto unlock;
+    }
+    Py_INCREF(map);
+    code = PyDict_GetItemWithError(map, channel); /* hashing may run Python code */
+    if (code == NULL) {
+        rc = PyErr_Occurred() ? (not_this_shape() ? 0 : -1) : 0;
+        goto unlock;
+    }
+    Py_INCREF(code);
+    flat = PyDict_GetItemWithError(batch, str_flat);
+    if (flat == NULL || !PyList_CheckExact(flat)) {
+        rc = PyErr_Occurred() ? -1 : 0;
+        flat = NULL;
+        goto unlock;
+    }
+    Py_INCREF(flat);
+    if (PyList_Append(flat, code) < 0 || PyList_Append(flat, ts) < 0 || PyList_Append(flat, value) < 0) {
+        /* Only out of memory. The Python methods append all three with one extend. */
+        Py_ssize_t len = PyList_GET_SIZE(flat);
+        PyList_SetSlice(flat, len - len % 3, len, NULL);
+        rc = -1;
+        goto unlock;
+    }
+    rc = 1;
+    Py_ssize_t total = 0;
+    if (nbytes) {
+        total = dict_size(batch, str_nbytes);
+        PyObject *sum = total < 0 ? NULL : PyLong_FromSsize_t(total + nbytes);
+        if (sum == NULL || PyDict_SetItem(batch, str_nbytes, sum) < 0) {
+            Py_XDECREF(sum);
+            rc = -1;
+            goto unlock;
+        }
+        Py_DECREF(sum);
+        total += nbytes;
+    }
+    else if ((total = dict_size(batch, str_nbytes)) < 0) {
+        rc = -1;
+        goto unlock;
+    }
+    int due = PyList_GET_SIZE(flat) >= self->settle_flat || total >= self->max_bytes;
+    if (!due && check_counted) {
+        Py_ssize_t counted = dict_size(batch, str_counted);
+        if (counted < 0) {
+            rc = -1;
+            goto unlock;
+        }
+        due = counted >= self->max_points;
+    }
+    if (due && (requests = PyObject_CallMethodNoArgs(core, str_settled)) == NULL) {
+        rc = -1;
+    }
+unlock:;
+    /* The error being raised is set aside while the lock is let go (a call with an error set
+     * is a SystemError), then raised. */
+    PyObject *type, *error, *traceback;
+    PyErr_Fetch(&type, &error, &traceback);
+    held = PyObject_CallNoArgs(release);
+    if (held == NULL) {
+        /* Releasing a lock this thread holds cannot fail; if it did, its error wins. */
+        Py_XDECREF(type);
+        Py_XDECREF(error);
+        Py_XDECREF(traceback);
+        rc = -1;
+    }
+    else {
+        PyErr_Restore(type, error, traceback);
+    }
+    Py_XDECREF(held);
+    if (rc == 1 && requests != NULL && PyList_Check(requests) && PyList_GET_SIZE(requests) > 0) {
+        /* Outside the lock, as in the Python methods: the uploader may report an outcome at once. */
+        PyObject *done = PyObject_CallMethodOneArg(core, str_submit, requests);
+        if (done == NULL) {
+            rc = -1;
+        }
+        Py_XDECREF(done);
+    }
+    Py_XDECREF(requests);
+    Py_XDECREF(flat);
+    Py_XDECREF(code);
+    Py_XDECREF(map);
+    Py_DECREF(release);
+    Py_DECREF(batch);
+    Py_DECREF(state);
+    Py_DECREF(core);
+    return rc;
+}
+
+static const char *const enqueue_names[] = {"channel", "timestamp", "value", "tags"};
+static const char *const float_array_names[] = {"channel", "timestamp", "values", "tags"};
+
+static PyObject *
+FastWrites_enqueue(FastWrites *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *a[4];
+    if (write_args("enqueue", enqueue_names, args, nargs, kwnames, a) < 0) {
+        return NULL;
+    }
+    if (self->core != NULL && common_write(a) && PyFloat_CheckExact(a[2])) {
+        int rc = locked_append(self, str_fast, a[0], a[1], a[2], 0, 0);
+        if (rc < 0) {
+            return NULL;
+        }
+        if (rc > 0) {
+            Py_RETURN_NONE;
+        }
+    }
+    return PyObject_CallMethodObjArgs((PyObject *)self, str_enqueue, a[0], a[1], a[2], a[3], NULL);
+}
+
+/* values.float_row of a list of floats: its doubles packed in native order, as bytes; NULL with
+ * no error set if the list holds anything but floats (float_row takes it, or refuses it). */
+static PyObject *
+packed_floats(PyObject *list)
+{
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
+    if (packed == NULL) {
+        return NULL;
+    }
+    double *out = (double *)PyBytes_AS_STRING(packed);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyList_GET_ITEM(list, i);
+        if (!PyFloat_CheckExact(v)) {
+            Py_DECREF(packed);
+            return NULL;
+        }
+        out[i] = PyFloat_AS_DOUBLE(v);
+    }
+    return packed;
+}
+
+static PyObject *
+FastWrites_enqueue_float_array(FastWrites *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *a[4];
+    if (write_args("enqueue_float_array", float_array_names, args, nargs, kwnames, a) < 0) {
+        return NULL;
+    }
+    if (self->core != NULL && common_write(a) && PyList_CheckExact(a[2])) {
+        /* Packed before the lock is taken, as float_row converts before the Python method's. */
+        PyObject *row = packed_floats(a[2]);
+        if (row == NULL && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (row != NULL) {
+            /* _append's estimate of a packed row: staging._point_bytes. */
+            int rc = locked_append(self, str_fast_arrays, a[0], a[1], row, 24 + PyBytes_GET_SIZE(row), 1);
+            Py_DECREF(row);
+            if (rc < 0) {
+                return NULL;
+            }
+            if (rc > 0) {
+                Py_RETURN_NONE;
+            }
+        }
+    }
+    return PyObject_CallMethodObjArgs((PyObject *)self, str_enqueue_float_array, a[0], a[1], a[2], a[3], NULL);
+}
+
+/* obj.name as a Py_ssize_t; -1 with an error set if it is not a non-negative int. */
+static Py_ssize_t
+attr_size(PyObject *obj, const char *name)
+{
+    PyObject *v = PyObject_GetAttrString(obj, name);
+    if (v == NULL) {
+        return -1;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    if (n < 0 && !PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError, "%s must not be negative", name);
+    }
+    return n;
+}
+
+static PyObject *
+FastWrites_bind_writes(FastWrites *self, PyObject *core)
+{
+    PyObject *state = NULL, *staged = NULL, *batch = NULL, *lock = NULL, *acquire = NULL, *release = NULL;
+    state = PyObject_GenericGetDict(core, NULL);
+    staged = state == NULL ? NULL : PyObject_GetAttrString(core, "staged");
+    batch = staged == NULL ? NULL : PyObject_GenericGetDict(staged, NULL);
+    lock = batch == NULL ? NULL : PyObject_GetAttrString(core, "lock");
+    acquire = lock == NULL ? NULL : PyObject_GetAttrString(lock, "acquire");
+    release = acquire == NULL ? NULL : PyObject_GetAttrString(lock, "release");
+    Py_XDECREF(staged);
+    Py_XDECREF(lock);
+    Py_ssize_t settle_flat = -1, max_bytes = -1, max_points = -1;
+    if (release != NULL && ((settle_flat = attr_size(core, "settle_flat")) < 0 ||
+                            (max_bytes = attr_size(core, "max_bytes")) < 0 ||
+                            (max_points = attr_size(core, "max_points")) < 0)) {
+        Py_CLEAR(release);
+    }
+    if (release == NULL) {
+        Py_XDECREF(state);
+        Py_XDECREF(batch);
+        Py_XDECREF(acquire);
+        return NULL;
+    }
+    Py_XSETREF(self->core, Py_NewRef(core));
+    Py_XSETREF(self->state, state);
+    Py_XSETREF(self->batch, batch);
+    Py_XSETREF(self->acquire, acquire);
+    Py_XSETREF(self->release, release);
+    self->settle_flat = settle_flat;
+    self->max_bytes = max_bytes;
+    self->max_points = max_points;
+    Py_RETURN_NONE;
+}
+
+static int
+FastWrites_traverse(FastWrites *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->core);
+    Py_VISIT(self->state);
+    Py_VISIT(self->batch);
+    Py_VISIT(self->acquire);
+    Py_VISIT(self->release);
+    return 0;
+}
+
+static int
+FastWrites_clear(FastWrites *self)
+{
+    Py_CLEAR(self->core);
+    Py_CLEAR(self->state);
+    Py_CLEAR(self->batch);
+    Py_CLEAR(self->acquire);
+    Py_CLEAR(self->release);
+    return 0;
+}
+
+static void
+FastWrites_dealloc(FastWrites *self)
+{
+    PyObject_GC_UnTrack(self);
+    FastWrites_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef FastWrites_methods[] = {
+    {"enqueue", (PyCFunction)(void (*)(void))FastWrites_enqueue, METH_FASTCALL | METH_KEYWORDS,
+     "enqueue($self, channel, timestamp, value, tags=None)\n--\n\n"
+     "Write one point.\n\n"
+     "Args:\n"
+     "    channel: channel name.\n"
+     "    timestamp: int ns, aware datetime, ISO-8601 string, datetime64, pandas/Beam Timestamp.\n"
+     "    value: float, int, bool, str, numpy scalar, a mapping (stored as a JSON struct), or a\n"
+     "        sequence of numbers or of strings (a double or string array).\n"
+     "    tags: optional str -> str tags; None and {} are the same series.\n\n"
+     "Raises:\n"
+     "    SeriesTypeError: the value's type differs from the series' pinned type.\n"
+     "    ValueError / TypeError: a bad channel, tags, timestamp or value (``ElementError``\n"
+     "        names the field).\n"
+     "    StreamClosedError: the stream is not open.\n"
+     "    BackpressureError: the buffer is full and ``block_on_full`` is off."},
+    {"enqueue_float_array", (PyCFunction)(void (*)(void))FastWrites_enqueue_float_array,
+     METH_FASTCALL | METH_KEYWORDS,
+     "enqueue_float_array($self, channel, timestamp, values, tags=None)\n--\n\n"
+     "Write one double-array value (a 1-D sequence of numbers)."},
+    {"_bind_writes", (PyCFunction)FastWrites_bind_writes, METH_O,
+     "_bind_writes($self, core, /)\n--\n\nSet the stream core the compiled writes go to."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FastWritesType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "beam_nominal._pipeline._fastpath.FastWrites",
+    .tp_doc = "Base of NominalStream: its enqueue and enqueue_float_array, compiled (see the module's source).",
+    .tp_basicsize = sizeof(FastWrites),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)FastWrites_dealloc,
+    .tp_traverse = (traverseproc)FastWrites_traverse,
+    .tp_clear = (inquiry)FastWrites_clear,
+    .tp_methods = FastWrites_methods,
+};
+
 /* PointBatch's flat list of single points, (code, int ns, value) triples, as three columns:
  * codes and timestamps int64 and values float64, each a bytearray (numpy takes it as a writable
  * array without a copy). None when a value is not a float (a point of another type's series),
@@ -337,9 +748,15 @@ flat_columns(PyObject *module, PyObject *flat)
             goto done;
         }
         v[i] = PyFloat_AS_DOUBLE(value);
-        /* Codes and timestamps are ints the batch checked (int64 ns) or numbered itself. */
-        c[i] = PyLong_AsLongLong(PyList_GET_ITEM(flat, 3 * i));
-        t[i] = PyLong_AsLongLong(PyList_GET_ITEM(flat, 3 * i + 1));
+        /* Codes and timestamps are ints the batch checked (int64 ns) or numbered itself;
+         * AndOverflow's digit loop is a third of PyLong_AsLongLong's byte-array conversion. */
+        int over_c = 0, over_t = 0;
+        c[i] = PyLong_AsLongLongAndOverflow(PyList_GET_ITEM(flat, 3 * i), &over_c);
+        t[i] = PyLong_AsLongLongAndOverflow(PyList_GET_ITEM(flat, 3 * i + 1), &over_t);
+        if (over_c || over_t) {
+            PyErr_SetString(PyExc_OverflowError, "flat_columns: a code or timestamp beyond int64");
+            goto done;
+        }
         if ((c[i] == -1 || t[i] == -1) && PyErr_Occurred()) {
             goto done;
         }
@@ -361,7 +778,7 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef fastpath_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "beam_nominal._pipeline._fastpath",
-    .m_doc = "PointBatch's compiled paths: WriteDoFn.process and flat_columns (optional: beam_nominal runs without them).",
+    .m_doc = "PointBatch's compiled paths: WriteDoFn.process, NominalStream's common writes and flat_columns (optional: beam_nominal runs without them).",
     .m_size = -1,
     .m_methods = module_methods,
 };
@@ -369,7 +786,7 @@ static struct PyModuleDef fastpath_module = {
 PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
-    if (PyType_Ready(&FastProcessType) < 0) {
+    if (PyType_Ready(&FastProcessType) < 0 || PyType_Ready(&FastWritesType) < 0) {
         return NULL;
     }
 #define INTERN(var, text)                                                                                  \
@@ -383,14 +800,22 @@ PyInit__fastpath(void)
     INTERN(str_slow, "_slow");
     INTERN(str_handover, "_handover");
     INTERN(str_dict, "__dict__");
+    INTERN(str_gate, "gate");
+    INTERN(str_first_buffered_at, "first_buffered_at");
+    INTERN(str_nbytes, "nbytes");
+    INTERN(str_counted, "counted");
+    INTERN(str_fast_arrays, "fast_arrays");
+    INTERN(str_settled, "settled");
+    INTERN(str_submit, "submit");
+    INTERN(str_enqueue, "_enqueue");
+    INTERN(str_enqueue_float_array, "_enqueue_float_array");
 #undef INTERN
     PyObject *m = PyModule_Create(&fastpath_module);
     if (m == NULL) {
         return NULL;
     }
-    Py_INCREF(&FastProcessType);
-    if (PyModule_AddObject(m, "FastProcess", (PyObject *)&FastProcessType) < 0) {
-        Py_DECREF(&FastProcessType);
+    if (PyModule_AddObjectRef(m, "FastProcess", (PyObject *)&FastProcessType) < 0 ||
+        PyModule_AddObjectRef(m, "FastWrites", (PyObject *)&FastWritesType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,3 +1,4 @@
+from collections.abc import Mapping
 from typing import Any
 
 class FastProcess:
@@ -5,5 +6,12 @@ class FastProcess:
     def _bind_fast(
         self, batch: Any, points: set[type], rows: set[type], timestamp_field: str, limit: int, /
     ) -> None: ...
+
+class FastWrites:
+    def enqueue(self, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None) -> None: ...
+    def enqueue_float_array(
+        self, channel: str, timestamp: Any, values: Any, tags: Mapping[str, str] | None = None
+    ) -> None: ...
+    def _bind_writes(self, core: Any, /) -> None: ...
 
 def flat_columns(flat: list[Any], /) -> tuple[bytearray, bytearray, bytearray] | None: ...

@@ -182,6 +182,11 @@ class PointBatch:
         #: by the one other copy of the fast path, the compiled ``WriteDoFn.process``
         #: (``_fastpath.c``, which reads ``fast`` and ``flat`` from the batch's ``__dict__``).
         self.fast: dict[str, int] = self._all_fast
+        #: Untagged channels whose series is a double array -> code: what the compiled
+        #: ``NominalStream.enqueue_float_array`` (``_fastpath.c``) takes a list of floats for,
+        #: packed as ``values.float_row`` packs it. Empty while rows are pending, as ``fast``.
+        self._all_fast_arrays: dict[str, int] = {}
+        self.fast_arrays: dict[str, int] = self._all_fast_arrays
         #: tag items as given -> the block the last record with those tags went to.
         self._last_block: dict[tuple[Any, ...], _Block] = {}
         self._blocks: dict[tuple[Any, ...], _Block] = {}
@@ -286,7 +291,7 @@ class PointBatch:
         self._seq += 1
         if not self._rows:
             self._rows = True
-            self.fast = _NO_FAST
+            self.fast = self.fast_arrays = _NO_FAST
         self.counted += block.width
         self.nbytes += block.row_bytes(row)
 
@@ -687,6 +692,8 @@ class PointBatch:
             self._untagged[channel] = known
             if known.vtype is ValueType.DOUBLE and known.unchecked is float:
                 self._all_fast[channel] = known.code
+            elif known.vtype is ValueType.DOUBLE_ARRAY:
+                self._all_fast_arrays[channel] = known.code
 
     def _settle(self) -> None:
         """Move single points and rows into their series' chunks (at most one of the two is
@@ -781,7 +788,7 @@ class PointBatch:
                     col = list(map(joined.__getitem__, order.tolist()))
             self._add_settled(self._slots[code], ts, col)
         self._rows = False
-        self.fast = self._all_fast
+        self.fast, self.fast_arrays = self._all_fast, self._all_fast_arrays
 
     def _settle_plain_block(self, block: _Block) -> None:
         """The common case of _settle_rows: one block of floats, so no merging (one matrix, each
@@ -794,7 +801,7 @@ class PointBatch:
         for slot, col in zip(block.slots, matrix, strict=True):
             put(slot, ts, col, nbytes)  # type: ignore[arg-type]
         self._rows = False
-        self.fast = self._all_fast
+        self.fast, self.fast_arrays = self._all_fast, self._all_fast_arrays
 
     def _add_settled(self, slot: _Slot, ts: Any, vals: Any) -> None:
         vt = slot.vtype

@@ -1,0 +1,220 @@
+"""``NominalStream.enqueue`` and ``enqueue_float_array`` are compiled (``_fastpath.c``'s
+``FastWrites``, the stream's base class) for the common call, and in Python (``_enqueue``,
+``_enqueue_float_array``) for every other call and where the module is not built. These tests
+hold the two to the same outcome, call by call: the same error or none, the same requests, the
+same points; and check that the compiled methods do take the common calls themselves.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+from _stream_fakes import RecordingTarget
+from test_fast_path import CANDIDATES, FloatSub, StrSub
+
+from beam_nominal._wire.decode import decode_request
+from beam_nominal.errors import StreamClosedError
+from beam_nominal.stream import NominalStream, _PythonWrites
+
+B = 1_700_000_000_000_000_000
+
+
+class PythonStream(_PythonWrites, NominalStream):  # type: ignore[misc]
+    """NominalStream as it is where the compiled module is not built."""
+
+
+class CountingStream(NominalStream):
+    """The compiled stream, counting the calls its Python methods take."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.python_calls = 0
+        super().__init__(*args, **kwargs)
+
+    def _enqueue(self, *args: Any, **kwargs: Any) -> None:
+        self.python_calls += 1
+        super()._enqueue(*args, **kwargs)
+
+    def _enqueue_float_array(self, *args: Any, **kwargs: Any) -> None:
+        self.python_calls += 1
+        super()._enqueue_float_array(*args, **kwargs)
+
+
+class ListSub(list):  # type: ignore[type-arg]
+    pass
+
+
+# (method, args, kwargs) after the series "c" (double) and "arr" (double array) are known.
+ARRAYS: list[Any] = [
+    [1.0, 2.0],
+    [],
+    [0.5],
+    [float("nan"), float("-inf"), -0.0],
+    [2.0**60, -(2.0**70)],
+    [1, 2.0],
+    [2**53 + 1, 1.0],
+    [True, 1.0],
+    [np.float64(1.5), 2.0],
+    [FloatSub(1.5)],
+    [1.0, "x"],
+    ["x", "y"],
+    [1.0, None],
+    [1.0, 1j],
+    (1.0, 2.0),
+    np.array([1.0, 2.0]),
+    ListSub([1.0, 2.0]),
+    "12",
+    None,
+]
+CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
+    *(("enqueue", point, {}) for point in CANDIDATES),
+    ("enqueue", ("c", B, 0.5, None), {}),
+    ("enqueue", ("c", B, 0.5), {"tags": None}),
+    ("enqueue", ("c", B, 0.5, {}), {}),
+    ("enqueue", ("c", B, 0.5, {"k": "v"}), {}),
+    ("enqueue", (), {"channel": "c", "timestamp": B, "value": 0.5}),
+    ("enqueue", ("c", B), {}),
+    ("enqueue", ("c", B, 0.5, None, None), {}),
+    ("enqueue", ("c", B), {"value": 0.5}),
+    ("enqueue", ("c", B, 0.5), {"tag": None}),
+    ("enqueue", ("c", B, 0.5), {"value": 0.5}),
+    ("enqueue", ("c",), {"value": 0.5, "timestamp": B, "tags": None}),
+    ("enqueue_float_array", ("arr", B), {}),
+    ("enqueue_float_array", ("arr", B), {"value": [1.0]}),
+    ("enqueue", ("arr", B, 0.5), {}),  # a double into a double-array series
+    ("enqueue", ("arr", B, [3.0, 4.0]), {}),
+    *(("enqueue_float_array", ("arr", B, row), {}) for row in ARRAYS),
+    *(("enqueue_float_array", (channel, B, [1.0]), {}) for channel in ("c", "new_arr", StrSub("arr"), ["arr"], "")),
+    *(("enqueue_float_array", ("arr", t, [1.0]), {}) for t in (2**63 - 1, -(2**63), 2**63, True, "2024-01-01Z")),
+    ("enqueue_float_array", ("arr", B, [1.0], {"k": "v"}), {}),
+    ("enqueue_float_array", ("arr", B, [1.0]), {"tags": None}),
+    ("enqueue_float_array", (), {"channel": "arr", "timestamp": B, "values": [1.0]}),
+]
+
+
+def _outcome(stream: NominalStream, calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> list[str]:
+    """What each call did: its error's type and message, or nothing."""
+    out = []
+    for name, args, kwargs in calls:
+        try:
+            getattr(stream, name)(*args, **kwargs)
+        except (TypeError, ValueError) as exc:
+            # A bad call is worded by whichever function parsed it (Python's or the C one).
+            bad_call = re.search(r"enqueue\w*\(\)", str(exc)) is not None
+            out.append(f"{type(exc).__name__}: {'bad call' if bad_call else exc}")
+        else:
+            out.append("")
+    return out
+
+
+def _requests(target: RecordingTarget) -> list[list[tuple[Any, ...]]]:
+    """Each acknowledged request's series, in order: key, type, timestamps, values (as their
+    repr, which tells NaN from NaN and -0.0 from 0.0 as equality does not)."""
+    out = []
+    for request in sorted(target.acked, key=lambda r: r.seq):
+        batches = decode_request(request.body).batches
+        out.append(
+            [
+                (b.key, b.value_type, b.timestamps.tolist(), repr([np.asarray(v).tolist() for v in b.values]))
+                for b in batches
+            ]
+        )
+    return out
+
+
+def _run(cls: type[NominalStream], calls: list[Any], **settings: Any) -> tuple[list[str], list[Any], int]:
+    target = RecordingTarget()
+    stream = cls(target, dataset_rid="ri.test.writes", linger=None, **settings)
+    stream.enqueue("c", B - 2, 0.25)
+    stream.enqueue_float_array("arr", B - 2, [0.25])
+    outcome = _outcome(stream, calls)
+    points = stream.close().points
+    return outcome, _requests(target), points
+
+
+@pytest.mark.parametrize("call", CALLS, ids=repr)
+def test_compiled_and_python_writes_agree_call_by_call(call: tuple[str, tuple[Any, ...], dict[str, Any]]) -> None:
+    # Each call between two plain points of both series, so that a call the compiled path
+    # wrongly took or refused shows in the requests as well as in the outcome.
+    calls = [("enqueue", ("c", B - 1, 0.5), {}), call, ("enqueue_float_array", ("arr", B + 1, [9.0]), {})]
+    compiled = _run(NominalStream, calls)
+    python = _run(PythonStream, calls)
+    assert compiled == python
+
+
+def test_compiled_and_python_writes_agree_over_many_requests() -> None:
+    # Small requests: the compiled methods settle and cut where the Python ones do.
+    rng = np.random.default_rng(1)
+    calls: list[Any] = []
+    for i in range(3000):
+        k = int(rng.integers(6))
+        if k < 3:
+            calls.append(("enqueue", (f"c{k}", B + i, float(rng.random())), {}))
+        elif k < 5:
+            row = rng.random(int(rng.integers(0, 9))).tolist()
+            calls.append(("enqueue_float_array", (f"a{k}", B + i, row), {}))
+        else:
+            calls.append(("enqueue", ("c0", B + i, float(i), {"k": str(i % 3)}), {}))
+    for settings in ({"max_request_bytes": 1024}, {"max_request_points": 100}, {}):
+        compiled = _run(NominalStream, calls, **settings)
+        python = _run(PythonStream, calls, **settings)
+        assert compiled == python
+        assert compiled[2] == 3002
+        assert len(compiled[1]) > (1 if settings else 0)
+
+
+def test_the_compiled_writes_take_the_common_calls() -> None:
+    # Not vacuous: the compiled path does take the common calls (the Python methods see only
+    # each series' first point, the first after each cut, and the other calls).
+    target = RecordingTarget()
+    stream = CountingStream(target, dataset_rid="ri.test.writes", linger=None)
+    assert NominalStream.enqueue is not _PythonWrites.enqueue  # type: ignore[comparison-overlap]
+    for i in range(1000):
+        stream.enqueue("c", B + i, 0.5)
+        stream.enqueue_float_array("arr", B + i, [0.5, 1.5])
+    assert stream.python_calls == 2
+    stream.enqueue("c", B, 0.5, {"k": "v"})
+    stream.enqueue("c", B, np.float64(0.5))
+    stream.enqueue_float_array("arr", B, (0.5, 1.5))
+    assert stream.python_calls == 5
+    assert stream.close().points == 2003
+
+
+def test_a_closed_stream_refuses_the_common_call() -> None:
+    for cls in (NominalStream, PythonStream):
+        stream = cls(RecordingTarget(), dataset_rid="ri.test.writes", linger=None)
+        stream.enqueue("c", B, 0.5)
+        stream.enqueue_float_array("arr", B, [0.5])
+        stream.close()
+        with pytest.raises(StreamClosedError):
+            stream.enqueue("c", B + 1, 0.5)
+        with pytest.raises(StreamClosedError):
+            stream.enqueue_float_array("arr", B + 1, [0.5])
+
+
+def test_an_error_in_the_cut_releases_the_lock_and_propagates() -> None:
+    # The compiled path calls the core's settled() under the lock: its error must reach the
+    # caller with the lock let go, as in the Python methods' finally.
+    for cls in (NominalStream, PythonStream):
+        stream = cls(RecordingTarget(), dataset_rid="ri.test.writes", linger=None, max_request_points=10)
+        core = stream._core
+        stream.enqueue("c", B, 0.5)
+
+        def broken() -> list[Any]:
+            raise RuntimeError("cut failed")
+
+        core.settled = broken
+        with pytest.raises(RuntimeError, match="cut failed"):
+            for i in range(5000):
+                stream.enqueue("c", B + 1 + i, 0.5)
+        assert not core.lock.locked()
+        del core.settled
+        stream.close()
+
+
+def test_the_compiled_docstrings_are_the_python_ones() -> None:
+    for name in ("enqueue", "enqueue_float_array"):
+        assert inspect.getdoc(getattr(NominalStream, name)) == inspect.getdoc(getattr(_PythonWrites, name)), name
