@@ -8,7 +8,11 @@ points is what one more point costs, start-up and imports cancelled out. Counts 
 a loaded machine, so two commits can be compared where wall times wander: run it from each
 commit's worktree (``cd <worktree> && <venv>/bin/python -m benchmarks.callgrind_stream``).
 
-Run: ``.venv/bin/python -m benchmarks.callgrind_stream [--only grouped scalar] [--scale 0.05]``
+``--wire row`` (or ``columnar``) has the target make each request's HTTP body as the HTTP target
+does (encode, zstd) before dropping it: the client's work but the network and the upload threads'
+HTTP calls.
+
+Run: ``.venv/bin/python -m benchmarks.callgrind_stream [--only grouped scalar] [--scale 0.05] [--wire row]``
 (needs valgrind; ~1 min a shape, two runs at a time).
 """
 
@@ -34,15 +38,35 @@ class Drop:
         pass
 
 
-def _child(shape: str, scale: float) -> None:
+class EncodeAndDrop(Drop):
+    """A target that makes each request's HTTP body (``format``: row or columnar, zstd) as the
+    HTTP target does, with its own code, and sends nothing: the client's whole work but the
+    network. It asks for the HTTP target's request size."""
+
+    def __init__(self, form: str) -> None:
+        from beam_nominal.targets.http import HttpTarget
+
+        self._http = HttpTarget("http://127.0.0.1:9/api", dataset_rid="ri.bench.callgrind", format=form)
+        self._form = form
+        self.preferred_request_bytes = HttpTarget.preferred_request_bytes
+
+    def send(self, request: Any, timeout: float | None = None) -> None:
+        self._http._body(request, self._form)
+
+
+def _target(wire: str) -> Any:
+    return Drop() if wire == "none" else EncodeAndDrop(wire)
+
+
+def _child(shape: str, scale: float, wire: str = "none") -> None:
     from beam_nominal.stream import NominalStream
     from benchmarks.bench_stream import _shapes
 
     points, write = _shapes(scale)[shape]
     # linger=None: the Beam path's setting; cuts depend only on the data.
-    with NominalStream(Drop(), dataset_rid="ri.bench.warm", linger=None) as warm:
+    with NominalStream(_target(wire), dataset_rid="ri.bench.warm", linger=None) as warm:
         _shapes(scale / 10)[shape][1](warm)
-    stream = NominalStream(Drop(), dataset_rid="ri.bench.callgrind", linger=None)
+    stream = NominalStream(_target(wire), dataset_rid="ri.bench.callgrind", linger=None)
     write(stream)
     acked = stream.close().points
     if acked != points:
@@ -50,9 +74,9 @@ def _child(shape: str, scale: float) -> None:
     print(points)
 
 
-def _count(shape: str, scale: float) -> tuple[int, int]:
+def _count(shape: str, scale: float, wire: str) -> tuple[int, int]:
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
-    cmd += [sys.executable, "-m", "benchmarks.callgrind_stream", "--child", shape, str(scale)]
+    cmd += [sys.executable, "-m", "benchmarks.callgrind_stream", "--child", shape, str(scale), wire]
     # One hash seed: set and dict orders (and so allocation patterns) repeat from run to run.
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     done = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
@@ -65,13 +89,19 @@ def _count(shape: str, scale: float) -> tuple[int, int]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
-        _child(argv[1], float(argv[2]))
+        _child(argv[1], float(argv[2]), argv[3])
         return 0
     from benchmarks.bench_stream import _shapes
 
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--only", nargs="*", help="shape names of bench_stream (default: all)")
     ap.add_argument("--scale", type=float, default=0.05, help="the smaller run's scale; the larger is 3x")
+    ap.add_argument(
+        "--wire",
+        choices=("none", "row", "columnar"),
+        default="none",
+        help="none: the target drops each request unencoded; row / columnar: it makes the HTTP body (zstd) first",
+    )
     args = ap.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("callgrind_stream needs valgrind (Debian package valgrind), not found on PATH", file=sys.stderr)
@@ -79,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [s for s in _shapes(args.scale) if not args.only or s in args.only]
     jobs = [(shape, size) for shape in shapes for size in (args.scale, 3 * args.scale)]
     with ThreadPoolExecutor(2) as pool:
-        counts = dict(zip(jobs, pool.map(lambda job: _count(*job), jobs), strict=True))
-    print(f"callgrind, NominalStream to a dropping target, instructions per point (scales {args.scale} and 3x)\n")
+        counts = dict(zip(jobs, pool.map(lambda job: _count(*job, args.wire), jobs), strict=True))
+    what = "a dropping target" if args.wire == "none" else f"HTTP {args.wire} bodies made and dropped"
+    print(f"callgrind, NominalStream to {what}, instructions per point (scales {args.scale} and 3x)\n")
     print("| shape | per point |")
     print("|---|---|")
     for shape in shapes:

@@ -50,7 +50,7 @@ from beam_nominal._pipeline.values import (
     value_bytes,
 )
 from beam_nominal.errors import SeriesTypeError
-from beam_nominal.model import MAX_NAME_CHARS, SeriesKey, ValueType, timestamp_ns, timestamps_ns
+from beam_nominal.model import MAX_NAME_CHARS, SeriesKey, ValueType, holds_int64_min, timestamp_ns, timestamps_ns
 
 __all__ = ["Chunk", "ElementError", "PointBatch", "is_column"]
 
@@ -418,7 +418,7 @@ class PointBatch:
             ):
                 n = len(timestamps)
                 ts = timestamps.copy()  # copies: callers may reuse their arrays
-                if ts[ts.argmin()] != _INT64_MIN:
+                if not holds_int64_min(ts):
                     return [Chunk(slot.key, ValueType.DOUBLE, ts, values.copy(), (_TS_BYTES + 8) * n)]
         slot, new = self._slot_for(channel, tags)
         timestamps, values = _as_column(timestamps), _as_column(values)
