@@ -556,11 +556,15 @@ class _Writes(Protocol):
         self, channel: str, timestamp: Any, values: Any, tags: Mapping[str, str] | None = None
     ) -> None: ...
 
+    def _enqueue_string_array(
+        self, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
+    ) -> None: ...
+
 
 class _PythonWrites:
-    """``NominalStream.enqueue`` and ``enqueue_float_array`` where the compiled ones
-    (``_fastpath.c``'s ``FastWrites``) were not built: the Python methods take every call.
-    The docstrings are the compiled methods' too (a test holds them equal)."""
+    """``NominalStream.enqueue``, ``enqueue_float_array`` and ``enqueue_string_array`` where the
+    compiled ones (``_fastpath.c``'s ``FastWrites``) were not built: the Python methods take
+    every call. The docstrings are the compiled methods' too (a test holds them equal)."""
 
     def enqueue(self: _Writes, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None) -> None:
         """Write one point.
@@ -586,6 +590,12 @@ class _PythonWrites:
     ) -> None:
         """Write one double-array value (a 1-D sequence of numbers)."""
         self._enqueue_float_array(channel, timestamp, values, tags)
+
+    def enqueue_string_array(
+        self: _Writes, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
+    ) -> None:
+        """Write one string-array value."""
+        self._enqueue_string_array(channel, timestamp, values, tags)
 
     def _bind_writes(self, core: Any) -> None:
         pass  # these methods read the stream's attributes
@@ -793,10 +803,11 @@ class NominalStream(_WritesBase):
         row = _values.float_row(channel, values)
         self._write(self._core.staged.add_typed, channel, timestamp, ValueType.DOUBLE_ARRAY, row, tags)
 
-    def enqueue_string_array(
+    def _enqueue_string_array(
         self, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
     ) -> None:
-        """Write one string-array value."""
+        """``enqueue_string_array`` in Python (the compiled one takes a list or tuple of ASCII
+        strs of a known untagged series itself, as ``string_row`` converts it)."""
         row = _values.string_row(channel, values)
         self._write(self._core.staged.add_typed, channel, timestamp, ValueType.STRING_ARRAY, row, tags)
 

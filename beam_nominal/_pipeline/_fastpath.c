@@ -23,9 +23,10 @@
  * pickling goes through WriteDoFn's __reduce__ (configuration only).
  *
  * FastWrites is NominalStream's base class, bound to the stream's core by _bind_writes: its
- * enqueue and enqueue_float_array take the common call (no tags, an int ns, a float, or a list of
- * floats, of a known series) under the core's lock, as the Python methods _enqueue and
- * _enqueue_float_array would, and hand every other call to them, its four arguments by position
+ * enqueue, enqueue_float_array and enqueue_string_array take the common call (no tags, an int ns,
+ * and a float, a list of floats, or a list or tuple of ASCII strs, of a known series) under the
+ * core's lock, as the Python methods _enqueue, _enqueue_float_array and _enqueue_string_array
+ * would, and hand every other call to them, its four arguments by position
  * (tests/unit/test_stream_writes.py holds the two to the same requests).
  */
 #define PY_SSIZE_T_CLEAN
@@ -325,7 +326,8 @@ typedef struct {
     Py_ssize_t settle_flat, max_bytes, max_points;
 } FastWrites;
 
-static PyObject *str_gate, *str_first_buffered_at, *str_nbytes, *str_counted, *str_fast_arrays, *str_settled, *str_submit, *str_enqueue, *str_enqueue_float_array;
+static PyObject *str_gate, *str_first_buffered_at, *str_nbytes, *str_counted, *str_fast_arrays, *str_fast_string_arrays,
+    *str_enqueue_string_array, *str_settled, *str_submit, *str_enqueue, *str_enqueue_float_array;
 
 /* The four arguments of a write (channel, timestamp, value or values, tags=None), given by
  * position or keyword, into args4 (borrowed); 0, or -1 with a TypeError for a bad call, worded
@@ -599,6 +601,53 @@ FastWrites_enqueue_float_array(FastWrites *self, PyObject *const *args, Py_ssize
     return PyObject_CallMethodObjArgs((PyObject *)self, str_enqueue_float_array, a[0], a[1], a[2], a[3], NULL);
 }
 
+/* values.string_row of a list or tuple of ASCII strs (the tuple itself, or the list's items as
+ * one), with the UTF-8 bytes of its strings in *text; NULL with no error set for anything else
+ * (string_row takes it, checks its text, or refuses it). */
+static PyObject *
+ascii_row(PyObject *seq, Py_ssize_t *text)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    *text = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyUnicode_CheckExact(items[i]) || !PyUnicode_IS_ASCII(items[i])) {
+            return NULL;
+        }
+        *text += PyUnicode_GET_LENGTH(items[i]);
+    }
+    return PyTuple_CheckExact(seq) ? Py_NewRef(seq) : PyList_AsTuple(seq);
+}
+
+static PyObject *
+FastWrites_enqueue_string_array(FastWrites *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *a[4];
+    if (write_args("enqueue_string_array", float_array_names, args, nargs, kwnames, a) < 0) {
+        return NULL;
+    }
+    if (self->core != NULL && common_write(a) && (PyList_CheckExact(a[2]) || PyTuple_CheckExact(a[2]))) {
+        Py_ssize_t text = 0;
+        PyObject *row = ascii_row(a[2], &text);
+        if (row == NULL && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (row != NULL) {
+            /* _append's estimate of a string-array row: staging._point_bytes. */
+            Py_ssize_t nbytes = 24 + text + 2 * PyTuple_GET_SIZE(row);
+            int rc = locked_append(self, str_fast_string_arrays, a[0], a[1], row, nbytes, 1);
+            Py_DECREF(row);
+            if (rc < 0) {
+                return NULL;
+            }
+            if (rc > 0) {
+                Py_RETURN_NONE;
+            }
+        }
+    }
+    return PyObject_CallMethodObjArgs((PyObject *)self, str_enqueue_string_array, a[0], a[1], a[2], a[3], NULL);
+}
+
 /* obj.name as a Py_ssize_t; -1 with an error set if it is not a non-negative int. */
 static Py_ssize_t
 attr_size(PyObject *obj, const char *name)
@@ -700,6 +749,10 @@ static PyMethodDef FastWrites_methods[] = {
      METH_FASTCALL | METH_KEYWORDS,
      "enqueue_float_array($self, channel, timestamp, values, tags=None)\n--\n\n"
      "Write one double-array value (a 1-D sequence of numbers)."},
+    {"enqueue_string_array", (PyCFunction)(void (*)(void))FastWrites_enqueue_string_array,
+     METH_FASTCALL | METH_KEYWORDS,
+     "enqueue_string_array($self, channel, timestamp, values, tags=None)\n--\n\n"
+     "Write one string-array value."},
     {"_bind_writes", (PyCFunction)FastWrites_bind_writes, METH_O,
      "_bind_writes($self, core, /)\n--\n\nSet the stream core the compiled writes go to."},
     {NULL, NULL, 0, NULL},
@@ -708,7 +761,7 @@ static PyMethodDef FastWrites_methods[] = {
 static PyTypeObject FastWritesType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "beam_nominal._pipeline._fastpath.FastWrites",
-    .tp_doc = "Base of NominalStream: its enqueue and enqueue_float_array, compiled (see the module's source).",
+    .tp_doc = "Base of NominalStream: its enqueue, enqueue_float_array and enqueue_string_array, compiled (see the module's source).",
     .tp_basicsize = sizeof(FastWrites),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
@@ -805,6 +858,8 @@ PyInit__fastpath(void)
     INTERN(str_nbytes, "nbytes");
     INTERN(str_counted, "counted");
     INTERN(str_fast_arrays, "fast_arrays");
+    INTERN(str_fast_string_arrays, "fast_string_arrays");
+    INTERN(str_enqueue_string_array, "_enqueue_string_array");
     INTERN(str_settled, "settled");
     INTERN(str_submit, "submit");
     INTERN(str_enqueue, "_enqueue");

@@ -1,4 +1,4 @@
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 class FastProcess:
@@ -11,6 +11,9 @@ class FastWrites:
     def enqueue(self, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None) -> None: ...
     def enqueue_float_array(
         self, channel: str, timestamp: Any, values: Any, tags: Mapping[str, str] | None = None
+    ) -> None: ...
+    def enqueue_string_array(
+        self, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
     ) -> None: ...
     def _bind_writes(self, core: Any, /) -> None: ...
 

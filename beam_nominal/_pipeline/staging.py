@@ -182,11 +182,16 @@ class PointBatch:
         #: by the one other copy of the fast path, the compiled ``WriteDoFn.process``
         #: (``_fastpath.c``, which reads ``fast`` and ``flat`` from the batch's ``__dict__``).
         self.fast: dict[str, int] = self._all_fast
-        #: Untagged channels whose series is a double array -> code: what the compiled
-        #: ``NominalStream.enqueue_float_array`` (``_fastpath.c``) takes a list of floats for,
-        #: packed as ``values.float_row`` packs it. Empty while rows are pending, as ``fast``.
+        #: Untagged channels whose series is a double array (a string array) -> code: what the
+        #: compiled ``NominalStream.enqueue_float_array`` (``enqueue_string_array``) of
+        #: ``_fastpath.c`` takes a list of floats (of ASCII strs) for, converted as
+        #: ``values.float_row`` (``string_row``) converts it. Empty while rows are pending, as
+        #: ``fast``: arrays are never in rows (records holding them go point by point), but the
+        #: Python path settles the rows first, and the compiled one must do what it does.
         self._all_fast_arrays: dict[str, int] = {}
+        self._all_fast_string_arrays: dict[str, int] = {}
         self.fast_arrays: dict[str, int] = self._all_fast_arrays
+        self.fast_string_arrays: dict[str, int] = self._all_fast_string_arrays
         #: tag items as given -> the block the last record with those tags went to.
         self._last_block: dict[tuple[Any, ...], _Block] = {}
         self._blocks: dict[tuple[Any, ...], _Block] = {}
@@ -291,7 +296,7 @@ class PointBatch:
         self._seq += 1
         if not self._rows:
             self._rows = True
-            self.fast = self.fast_arrays = _NO_FAST
+            self._fast_paths(False)
         self.counted += block.width
         self.nbytes += block.row_bytes(row)
 
@@ -694,6 +699,18 @@ class PointBatch:
                 self._all_fast[channel] = known.code
             elif known.vtype is ValueType.DOUBLE_ARRAY:
                 self._all_fast_arrays[channel] = known.code
+            elif known.vtype is ValueType.STRING_ARRAY:
+                self._all_fast_string_arrays[channel] = known.code
+
+    def _fast_paths(self, on: bool) -> None:
+        """Open or close the fast paths (``fast`` and the compiled writes' maps): closed while
+        rows are pending, so that a single point settles them first."""
+        if on:
+            self.fast = self._all_fast
+            self.fast_arrays = self._all_fast_arrays
+            self.fast_string_arrays = self._all_fast_string_arrays
+        else:
+            self.fast = self.fast_arrays = self.fast_string_arrays = _NO_FAST
 
     def _settle(self) -> None:
         """Move single points and rows into their series' chunks (at most one of the two is
@@ -788,7 +805,7 @@ class PointBatch:
                     col = list(map(joined.__getitem__, order.tolist()))
             self._add_settled(self._slots[code], ts, col)
         self._rows = False
-        self.fast, self.fast_arrays = self._all_fast, self._all_fast_arrays
+        self._fast_paths(True)
 
     def _settle_plain_block(self, block: _Block) -> None:
         """The common case of _settle_rows: one block of floats, so no merging (one matrix, each
@@ -801,7 +818,7 @@ class PointBatch:
         for slot, col in zip(block.slots, matrix, strict=True):
             put(slot, ts, col, nbytes)  # type: ignore[arg-type]
         self._rows = False
-        self.fast, self.fast_arrays = self._all_fast, self._all_fast_arrays
+        self._fast_paths(True)
 
     def _add_settled(self, slot: _Slot, ts: Any, vals: Any) -> None:
         vt = slot.vtype

@@ -1,6 +1,6 @@
-"""``NominalStream.enqueue`` and ``enqueue_float_array`` are compiled (``_fastpath.c``'s
-``FastWrites``, the stream's base class) for the common call, and in Python (``_enqueue``,
-``_enqueue_float_array``) for every other call and where the module is not built. These tests
+"""``NominalStream.enqueue``, ``enqueue_float_array`` and ``enqueue_string_array`` are compiled
+(``_fastpath.c``'s ``FastWrites``, the stream's base class) for the common call, and in Python
+(``_enqueue`` ...) for every other call and where the module is not built. These tests
 hold the two to the same outcome, call by call: the same error or none, the same requests, the
 same points; and check that the compiled methods do take the common calls themselves.
 """
@@ -42,6 +42,10 @@ class CountingStream(NominalStream):
         self.python_calls += 1
         super()._enqueue_float_array(*args, **kwargs)
 
+    def _enqueue_string_array(self, *args: Any, **kwargs: Any) -> None:
+        self.python_calls += 1
+        super()._enqueue_string_array(*args, **kwargs)
+
 
 class ListSub(list):  # type: ignore[type-arg]
     pass
@@ -69,6 +73,21 @@ ARRAYS: list[Any] = [
     "12",
     None,
 ]
+STRING_ROWS: list[Any] = [
+    ["a", "bc"],
+    [],
+    ("a", "bc"),
+    ["", "x" * 300],
+    ["é", "a"],
+    ["a", "bad\ud800"],
+    ["a", StrSub("b")],
+    ["a", 1],
+    ["a", None],
+    ListSub(["a"]),
+    np.array(["a", "b"]),
+    "ab",
+    [b"a"],
+]
 CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     *(("enqueue", point, {}) for point in CANDIDATES),
     ("enqueue", ("c", B, 0.5, None), {}),
@@ -92,6 +111,14 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("enqueue_float_array", ("arr", B, [1.0], {"k": "v"}), {}),
     ("enqueue_float_array", ("arr", B, [1.0]), {"tags": None}),
     ("enqueue_float_array", (), {"channel": "arr", "timestamp": B, "values": [1.0]}),
+    *(("enqueue_string_array", ("sarr", B, row), {}) for row in STRING_ROWS),
+    *(("enqueue_string_array", (channel, B, ["x"]), {}) for channel in ("c", "arr", "new_s", StrSub("sarr"), "")),
+    *(("enqueue_string_array", ("sarr", t, ["x"]), {}) for t in (2**63 - 1, -(2**63), 2**63, True, "2024-01-01Z")),
+    ("enqueue_string_array", ("sarr", B, ["x"], {"k": "v"}), {}),
+    ("enqueue_string_array", ("sarr", B), {"values": ["x"], "tags": None}),
+    ("enqueue_string_array", ("sarr", B), {}),
+    ("enqueue", ("sarr", B, ["x", "y"]), {}),
+    ("enqueue_float_array", ("sarr", B, [1.0]), {}),
 ]
 
 
@@ -130,6 +157,7 @@ def _run(cls: type[NominalStream], calls: list[Any], **settings: Any) -> tuple[l
     stream = cls(target, dataset_rid="ri.test.writes", linger=None, **settings)
     stream.enqueue("c", B - 2, 0.25)
     stream.enqueue_float_array("arr", B - 2, [0.25])
+    stream.enqueue_string_array("sarr", B - 2, ["first"])
     outcome = _outcome(stream, calls)
     points = stream.close().points
     return outcome, _requests(target), points
@@ -139,7 +167,12 @@ def _run(cls: type[NominalStream], calls: list[Any], **settings: Any) -> tuple[l
 def test_compiled_and_python_writes_agree_call_by_call(call: tuple[str, tuple[Any, ...], dict[str, Any]]) -> None:
     # Each call between two plain points of both series, so that a call the compiled path
     # wrongly took or refused shows in the requests as well as in the outcome.
-    calls = [("enqueue", ("c", B - 1, 0.5), {}), call, ("enqueue_float_array", ("arr", B + 1, [9.0]), {})]
+    calls = [
+        ("enqueue", ("c", B - 1, 0.5), {}),
+        call,
+        ("enqueue_float_array", ("arr", B + 1, [9.0]), {}),
+        ("enqueue_string_array", ("sarr", B + 1, ["last"]), {}),
+    ]
     compiled = _run(NominalStream, calls)
     python = _run(PythonStream, calls)
     assert compiled == python
@@ -150,19 +183,25 @@ def test_compiled_and_python_writes_agree_over_many_requests() -> None:
     rng = np.random.default_rng(1)
     calls: list[Any] = []
     for i in range(3000):
-        k = int(rng.integers(6))
+        k = int(rng.integers(9))
         if k < 3:
             calls.append(("enqueue", (f"c{k}", B + i, float(rng.random())), {}))
         elif k < 5:
             row = rng.random(int(rng.integers(0, 9))).tolist()
             calls.append(("enqueue_float_array", (f"a{k}", B + i, row), {}))
-        else:
+        elif k < 7:
+            strings = [f"s{j}" * int(rng.integers(0, 4)) for j in range(int(rng.integers(0, 9)))]
+            calls.append(("enqueue_string_array", (f"s{k}", B + i, strings), {}))
+        elif k < 8:
             calls.append(("enqueue", ("c0", B + i, float(i), {"k": str(i % 3)}), {}))
+        else:  # a wide record: rows pending close the compiled paths until they settle
+            record = {"w0": float(i), "c1": 0.5, "a3": [float(i)], "s5": ["r"]}
+            calls.append(("enqueue_from_dict", (B + i, record), {}))
     for settings in ({"max_request_bytes": 1024}, {"max_request_points": 100}, {}):
         compiled = _run(NominalStream, calls, **settings)
         python = _run(PythonStream, calls, **settings)
         assert compiled == python
-        assert compiled[2] == 3002
+        assert compiled[2] == 3003 + 3 * sum(1 for c in calls if c[0] == "enqueue_from_dict")
         assert len(compiled[1]) > (1 if settings else 0)
 
 
@@ -175,12 +214,14 @@ def test_the_compiled_writes_take_the_common_calls() -> None:
     for i in range(1000):
         stream.enqueue("c", B + i, 0.5)
         stream.enqueue_float_array("arr", B + i, [0.5, 1.5])
-    assert stream.python_calls == 2
+        stream.enqueue_string_array("sarr", B + i, ["a", "b"] if i % 2 else ("a", "b"))
+    assert stream.python_calls == 3
     stream.enqueue("c", B, 0.5, {"k": "v"})
     stream.enqueue("c", B, np.float64(0.5))
     stream.enqueue_float_array("arr", B, (0.5, 1.5))
-    assert stream.python_calls == 5
-    assert stream.close().points == 2003
+    stream.enqueue_string_array("sarr", B, ["é"])
+    assert stream.python_calls == 7
+    assert stream.close().points == 3004
 
 
 def test_a_closed_stream_refuses_the_common_call() -> None:
@@ -188,11 +229,14 @@ def test_a_closed_stream_refuses_the_common_call() -> None:
         stream = cls(RecordingTarget(), dataset_rid="ri.test.writes", linger=None)
         stream.enqueue("c", B, 0.5)
         stream.enqueue_float_array("arr", B, [0.5])
+        stream.enqueue_string_array("sarr", B, ["x"])
         stream.close()
         with pytest.raises(StreamClosedError):
             stream.enqueue("c", B + 1, 0.5)
         with pytest.raises(StreamClosedError):
             stream.enqueue_float_array("arr", B + 1, [0.5])
+        with pytest.raises(StreamClosedError):
+            stream.enqueue_string_array("sarr", B + 1, ["x"])
 
 
 def test_an_error_in_the_cut_releases_the_lock_and_propagates() -> None:
@@ -216,5 +260,5 @@ def test_an_error_in_the_cut_releases_the_lock_and_propagates() -> None:
 
 
 def test_the_compiled_docstrings_are_the_python_ones() -> None:
-    for name in ("enqueue", "enqueue_float_array"):
+    for name in ("enqueue", "enqueue_float_array", "enqueue_string_array"):
         assert inspect.getdoc(getattr(NominalStream, name)) == inspect.getdoc(getattr(_PythonWrites, name)), name
