@@ -283,7 +283,11 @@ def holds_int64_min(ns: npt.NDArray[np.int64]) -> bool:
     ~15,000 context switches to ~2,000 for 4 M points, docs/benchmarks.md). A ufunc's
     reduction keeps the GIL up to 500 elements.
     """
-    return bool(ns.shape[0]) and ns.min() == _INT64_MIN
+    return bool(ns.shape[0]) and _minimum(ns) == _INT64_MIN
+
+
+#: The ufunc's own reduce: ``ndarray.min`` reaches it through two Python-level calls.
+_minimum = np.minimum.reduce
 
 
 def timestamps_ns(values: Any) -> npt.NDArray[np.int64]:
