@@ -35,7 +35,7 @@ from beam_nominal._pipeline import interrupt as _interrupt
 from beam_nominal._pipeline import values as _values
 from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._pipeline.packer import cut_requests
-from beam_nominal._pipeline.staging import Chunk, PointBatch
+from beam_nominal._pipeline.staging import Chunk, PointBatch, double_column
 from beam_nominal._pipeline.uploader import Outcome, Uploader, WorkerPool
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
@@ -266,6 +266,12 @@ class _Core:
         for chunk in chunks:
             add(*chunk)
         return self.cut_due()
+
+    def put_double_column(self, key: SeriesKey, ts: Any, values: Any) -> list[Request]:
+        """Lock held: :meth:`put_columns` of one column the compiled ``enqueue_batch`` checked
+        (``_fastpath.c``: a known untagged double series, int64 ns without -2**63, float64
+        values, both copies), as ``PointBatch.series_chunks`` would have returned it."""
+        return self.put_columns([double_column(key, ts, values)])
 
     def cut_due(self) -> list[Request]:
         """Lock held, the buffer settled: cut full requests, update the backpressure flags."""
@@ -560,11 +566,16 @@ class _Writes(Protocol):
         self, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
     ) -> None: ...
 
+    def _enqueue_batch(
+        self, channel: str, timestamps: Any, values: Any, tags: Mapping[str, str] | None = None
+    ) -> None: ...
+
 
 class _PythonWrites:
-    """``NominalStream.enqueue``, ``enqueue_float_array`` and ``enqueue_string_array`` where the
-    compiled ones (``_fastpath.c``'s ``FastWrites``) were not built: the Python methods take
-    every call. The docstrings are the compiled methods' too (a test holds them equal)."""
+    """``NominalStream.enqueue``, ``enqueue_float_array``, ``enqueue_string_array`` and
+    ``enqueue_batch`` where the compiled ones (``_fastpath.c``'s ``FastWrites``) were not built:
+    the Python methods take every call. The docstrings are the compiled methods' too (a test
+    holds them equal)."""
 
     def enqueue(self: _Writes, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None) -> None:
         """Write one point.
@@ -596,6 +607,25 @@ class _PythonWrites:
     ) -> None:
         """Write one string-array value."""
         self._enqueue_string_array(channel, timestamp, values, tags)
+
+    def enqueue_batch(
+        self: _Writes, channel: str, timestamps: Any, values: Any, tags: Mapping[str, str] | None = None
+    ) -> None:
+        """Write many points of one series.
+
+        Args:
+            channel: channel name.
+            timestamps: int64 ns / datetime64 array, or a sequence of any accepted timestamp.
+            values: a 1-D numpy array or sequence of one type; a 2-D float array (or a sequence of
+                float sequences) is a double-array series, one row per timestamp; a sequence of
+                str sequences is a string-array series; a sequence of mappings is a struct series.
+            tags: optional tags.
+
+        Raises:
+            ValueError: lengths differ, or a bad channel/timestamp.
+            SeriesTypeError / TypeError: a value type conflict or an unsupported value.
+        """
+        self._enqueue_batch(channel, timestamps, values, tags)
 
     def _bind_writes(self, core: Any) -> None:
         pass  # these methods read the stream's attributes
@@ -753,21 +783,9 @@ class NominalStream(_WritesBase):
         if reqs:
             c.submit(reqs)
 
-    def enqueue_batch(self, channel: str, timestamps: Any, values: Any, tags: Mapping[str, str] | None = None) -> None:
-        """Write many points of one series.
-
-        Args:
-            channel: channel name.
-            timestamps: int64 ns / datetime64 array, or a sequence of any accepted timestamp.
-            values: a 1-D numpy array or sequence of one type; a 2-D float array (or a sequence of
-                float sequences) is a double-array series, one row per timestamp; a sequence of
-                str sequences is a string-array series; a sequence of mappings is a struct series.
-            tags: optional tags.
-
-        Raises:
-            ValueError: lengths differ, or a bad channel/timestamp.
-            SeriesTypeError / TypeError: a value type conflict or an unsupported value.
-        """
+    def _enqueue_batch(self, channel: str, timestamps: Any, values: Any, tags: Mapping[str, str] | None = None) -> None:
+        """``enqueue_batch`` in Python (the compiled one takes int64 and float64 arrays of a known
+        untagged double series itself, as ``PointBatch.series_chunks``' fast path does)."""
         self._write(self._core.staged.series_chunks, channel, timestamps, values, tags)
 
     def enqueue_chunks(self, chunks: Sequence[Chunk]) -> None:

@@ -324,10 +324,11 @@ typedef struct {
     PyObject *release;
     /* The core's settle_flat, max_bytes and max_points: set once, when it is made. */
     Py_ssize_t settle_flat, max_bytes, max_points;
+    PyTypeObject *ndarray; /* numpy.ndarray, for enqueue_batch's columns */
 } FastWrites;
 
 static PyObject *str_gate, *str_first_buffered_at, *str_nbytes, *str_counted, *str_fast_arrays, *str_fast_string_arrays,
-    *str_enqueue_string_array, *str_settled, *str_submit, *str_enqueue, *str_enqueue_float_array;
+    *str_enqueue_string_array, *str_fast_columns, *str_put_double_column, *str_copy, *str_enqueue_batch, *str_settled, *str_submit, *str_enqueue, *str_enqueue_float_array;
 
 /* The four arguments of a write (channel, timestamp, value or values, tags=None), given by
  * position or keyword, into args4 (borrowed); 0, or -1 with a TypeError for a bad call, worded
@@ -404,19 +405,27 @@ dict_size(PyObject *dict, PyObject *key)
     return PyLong_AsSsize_t(v);
 }
 
-/* Under the core's lock, append (code, ts, value) to the batch's flat list if the stream takes
- * writes without waiting (gate off, a point already buffered) and map_key's map knows the
- * channel; add nbytes to batch.nbytes if nonzero; then settle and cut as the Python methods do
- * when the batch holds enough, and submit the cut requests once the lock is let go.
+/* A column to put into the buffer, or a point to append to the batch's flat list. */
+typedef struct {
+    PyObject *ts, *value; /* the point's int ns and converted value, or the column's two arrays */
+    Py_ssize_t nbytes;    /* added to batch.nbytes (a point's estimate; 0 for a float) */
+    int check_counted;    /* a point: also settle when batch.counted reaches max_points */
+    int column;           /* put ts and value as a column with core.put_double_column */
+} Write;
+
+/* Under the core's lock, if the stream takes writes without waiting (gate off, a point already
+ * buffered) and map_key's map knows the channel: append the point (code, ts, value) to the
+ * batch's flat list and add its bytes, then settle and cut as the Python methods do when the
+ * batch holds enough; or put the column into the buffer (the map gives its SeriesKey) with the
+ * core's put_double_column. The cut requests are submitted once the lock is let go.
  * 1 done, 0 not taken (nothing changed: the Python method takes the call), -1 error. */
 static int
-locked_append(FastWrites *self, PyObject *map_key, PyObject *channel, PyObject *ts, PyObject *value,
-              Py_ssize_t nbytes, int check_counted)
+locked_write(FastWrites *self, PyObject *map_key, PyObject *channel, const Write *w)
 {
     /* Held for the call: the channel's hash or a clock may run Python code, which must not free
      * what this reads (a stream is bound once, but the references cost nothing to hold). */
     PyObject *core = Py_NewRef(self->core), *state = Py_NewRef(self->state), *batch = Py_NewRef(self->batch);
-    PyObject *release = Py_NewRef(self->release), *map = NULL, *code = NULL, *flat = NULL, *requests = NULL;
+    PyObject *release = Py_NewRef(self->release), *map = NULL, *found = NULL, *flat = NULL, *requests = NULL;
     int rc = 0;
     PyObject *held = PyObject_CallNoArgs(self->acquire);
     if (held == NULL) {
@@ -444,12 +453,18 @@ locked_append(FastWrites *self, PyObject *map_key, PyObject *channel, PyObject *
         goto unlock;
     }
     Py_INCREF(map);
-    code = PyDict_GetItemWithError(map, channel); /* hashing may run Python code */
-    if (code == NULL) {
+    found = PyDict_GetItemWithError(map, channel); /* hashing may run Python code */
+    if (found == NULL) {
         rc = PyErr_Occurred() ? (not_this_shape() ? 0 : -1) : 0;
         goto unlock;
     }
-    Py_INCREF(code);
+    Py_INCREF(found);
+    if (w->column) {
+        PyObject *args[] = {core, found, w->ts, w->value};
+        requests = PyObject_VectorcallMethod(str_put_double_column, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        rc = requests == NULL ? -1 : 1;
+        goto unlock;
+    }
     flat = PyDict_GetItemWithError(batch, str_flat);
     if (flat == NULL || !PyList_CheckExact(flat)) {
         rc = PyErr_Occurred() ? -1 : 0;
@@ -457,7 +472,7 @@ locked_append(FastWrites *self, PyObject *map_key, PyObject *channel, PyObject *
         goto unlock;
     }
     Py_INCREF(flat);
-    if (PyList_Append(flat, code) < 0 || PyList_Append(flat, ts) < 0 || PyList_Append(flat, value) < 0) {
+    if (PyList_Append(flat, found) < 0 || PyList_Append(flat, w->ts) < 0 || PyList_Append(flat, w->value) < 0) {
         /* Only out of memory. The Python methods append all three with one extend. */
         Py_ssize_t len = PyList_GET_SIZE(flat);
         PyList_SetSlice(flat, len - len % 3, len, NULL);
@@ -465,24 +480,21 @@ locked_append(FastWrites *self, PyObject *map_key, PyObject *channel, PyObject *
         goto unlock;
     }
     rc = 1;
-    Py_ssize_t total = 0;
-    if (nbytes) {
-        total = dict_size(batch, str_nbytes);
-        PyObject *sum = total < 0 ? NULL : PyLong_FromSsize_t(total + nbytes);
+    Py_ssize_t total = dict_size(batch, str_nbytes);
+    if (total >= 0 && w->nbytes) {
+        total += w->nbytes;
+        PyObject *sum = PyLong_FromSsize_t(total);
         if (sum == NULL || PyDict_SetItem(batch, str_nbytes, sum) < 0) {
-            Py_XDECREF(sum);
-            rc = -1;
-            goto unlock;
+            total = -1;
         }
-        Py_DECREF(sum);
-        total += nbytes;
+        Py_XDECREF(sum);
     }
-    else if ((total = dict_size(batch, str_nbytes)) < 0) {
+    if (total < 0) {
         rc = -1;
         goto unlock;
     }
     int due = PyList_GET_SIZE(flat) >= self->settle_flat || total >= self->max_bytes;
-    if (!due && check_counted) {
+    if (!due && w->check_counted) {
         Py_ssize_t counted = dict_size(batch, str_counted);
         if (counted < 0) {
             rc = -1;
@@ -520,7 +532,7 @@ unlock:;
     }
     Py_XDECREF(requests);
     Py_XDECREF(flat);
-    Py_XDECREF(code);
+    Py_XDECREF(found);
     Py_XDECREF(map);
     Py_DECREF(release);
     Py_DECREF(batch);
@@ -540,7 +552,8 @@ FastWrites_enqueue(FastWrites *self, PyObject *const *args, Py_ssize_t nargs, Py
         return NULL;
     }
     if (self->core != NULL && common_write(a) && PyFloat_CheckExact(a[2])) {
-        int rc = locked_append(self, str_fast, a[0], a[1], a[2], 0, 0);
+        Write w = {a[1], a[2], 0, 0, 0};
+        int rc = locked_write(self, str_fast, a[0], &w);
         if (rc < 0) {
             return NULL;
         }
@@ -588,7 +601,8 @@ FastWrites_enqueue_float_array(FastWrites *self, PyObject *const *args, Py_ssize
         }
         if (row != NULL) {
             /* _append's estimate of a packed row: staging._point_bytes. */
-            int rc = locked_append(self, str_fast_arrays, a[0], a[1], row, 24 + PyBytes_GET_SIZE(row), 1);
+            Write w = {a[1], row, 24 + PyBytes_GET_SIZE(row), 1, 0};
+            int rc = locked_write(self, str_fast_arrays, a[0], &w);
             Py_DECREF(row);
             if (rc < 0) {
                 return NULL;
@@ -635,7 +649,8 @@ FastWrites_enqueue_string_array(FastWrites *self, PyObject *const *args, Py_ssiz
         if (row != NULL) {
             /* _append's estimate of a string-array row: staging._point_bytes. */
             Py_ssize_t nbytes = 24 + text + 2 * PyTuple_GET_SIZE(row);
-            int rc = locked_append(self, str_fast_string_arrays, a[0], a[1], row, nbytes, 1);
+            Write w = {a[1], row, nbytes, 1, 0};
+            int rc = locked_write(self, str_fast_string_arrays, a[0], &w);
             Py_DECREF(row);
             if (rc < 0) {
                 return NULL;
@@ -646,6 +661,79 @@ FastWrites_enqueue_string_array(FastWrites *self, PyObject *const *args, Py_ssiz
         }
     }
     return PyObject_CallMethodObjArgs((PyObject *)self, str_enqueue_string_array, a[0], a[1], a[2], a[3], NULL);
+}
+
+static const char *const batch_names[] = {"channel", "timestamps", "values", "tags"};
+
+/* The length of obj if it is an ndarray (exactly) of one dimension holding int64 (doubles: float64)
+ * in native order, read through the buffer protocol; -1, no error set, for anything else. */
+static Py_ssize_t
+column_length(FastWrites *self, PyObject *obj, int doubles)
+{
+    if (Py_TYPE(obj) != self->ndarray) {
+        return -1;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+        PyErr_Clear(); /* datetime64 and other dtypes without a buffer format: the Python path */
+        return -1;
+    }
+    const char *f = view.format;
+    int ok = view.ndim == 1 && view.itemsize == 8 && f != NULL &&
+             (doubles ? strcmp(f, "d") == 0 : (strcmp(f, "l") == 0 || strcmp(f, "q") == 0));
+    Py_ssize_t n = ok ? view.shape[0] : -1;
+    PyBuffer_Release(&view);
+    return n;
+}
+
+/* 1 if the C-contiguous int64 array holds -2**63 (no timestamp: model.holds_int64_min), 0 if
+ * not, -1 on error. A pass in C, holding the GIL (see holds_int64_min on why that matters). */
+static int
+holds_int64_min(PyObject *array)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS) < 0) {
+        return -1;
+    }
+    const long long *t = (const long long *)view.buf;
+    Py_ssize_t n = view.len / 8;
+    int found = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        found |= t[i] == LLONG_MIN;
+    }
+    PyBuffer_Release(&view);
+    return found;
+}
+
+static PyObject *
+FastWrites_enqueue_batch(FastWrites *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *a[4];
+    if (write_args("enqueue_batch", batch_names, args, nargs, kwnames, a) < 0) {
+        return NULL;
+    }
+    Py_ssize_t n = 0;
+    if (self->core != NULL && a[3] == Py_None && (n = column_length(self, a[1], 0)) > 0 &&
+        column_length(self, a[2], 1) == n) {
+        /* Copies (callers may reuse their arrays), made before the lock is taken. */
+        PyObject *ts = PyObject_CallMethodNoArgs(a[1], str_copy);
+        PyObject *values = ts == NULL ? NULL : PyObject_CallMethodNoArgs(a[2], str_copy);
+        int bad = values == NULL ? -1 : holds_int64_min(ts);
+        int rc = 0;
+        if (bad == 0) {
+            Write w = {ts, values, 0, 0, 1};
+            rc = locked_write(self, str_fast_columns, a[0], &w);
+        }
+        Py_XDECREF(ts);
+        Py_XDECREF(values);
+        if (bad < 0 || rc < 0) {
+            return NULL;
+        }
+        if (rc > 0) {
+            Py_RETURN_NONE;
+        }
+    }
+    return PyObject_CallMethodObjArgs((PyObject *)self, str_enqueue_batch, a[0], a[1], a[2], a[3], NULL);
 }
 
 /* obj.name as a Py_ssize_t; -1 with an error set if it is not a non-negative int. */
@@ -677,6 +765,15 @@ FastWrites_bind_writes(FastWrites *self, PyObject *core)
     Py_XDECREF(staged);
     Py_XDECREF(lock);
     Py_ssize_t settle_flat = -1, max_bytes = -1, max_points = -1;
+    PyObject *ndarray = NULL;
+    if (release != NULL) {
+        PyObject *numpy = PyImport_ImportModule("numpy");
+        ndarray = numpy == NULL ? NULL : PyObject_GetAttrString(numpy, "ndarray");
+        Py_XDECREF(numpy);
+        if (ndarray == NULL || !PyType_Check(ndarray)) {
+            Py_CLEAR(release);
+        }
+    }
     if (release != NULL && ((settle_flat = attr_size(core, "settle_flat")) < 0 ||
                             (max_bytes = attr_size(core, "max_bytes")) < 0 ||
                             (max_points = attr_size(core, "max_points")) < 0)) {
@@ -686,6 +783,7 @@ FastWrites_bind_writes(FastWrites *self, PyObject *core)
         Py_XDECREF(state);
         Py_XDECREF(batch);
         Py_XDECREF(acquire);
+        Py_XDECREF(ndarray);
         return NULL;
     }
     Py_XSETREF(self->core, Py_NewRef(core));
@@ -693,6 +791,7 @@ FastWrites_bind_writes(FastWrites *self, PyObject *core)
     Py_XSETREF(self->batch, batch);
     Py_XSETREF(self->acquire, acquire);
     Py_XSETREF(self->release, release);
+    Py_XSETREF(self->ndarray, (PyTypeObject *)ndarray);
     self->settle_flat = settle_flat;
     self->max_bytes = max_bytes;
     self->max_points = max_points;
@@ -707,6 +806,7 @@ FastWrites_traverse(FastWrites *self, visitproc visit, void *arg)
     Py_VISIT(self->batch);
     Py_VISIT(self->acquire);
     Py_VISIT(self->release);
+    Py_VISIT(self->ndarray);
     return 0;
 }
 
@@ -718,6 +818,7 @@ FastWrites_clear(FastWrites *self)
     Py_CLEAR(self->batch);
     Py_CLEAR(self->acquire);
     Py_CLEAR(self->release);
+    Py_CLEAR(self->ndarray);
     return 0;
 }
 
@@ -753,6 +854,19 @@ static PyMethodDef FastWrites_methods[] = {
      METH_FASTCALL | METH_KEYWORDS,
      "enqueue_string_array($self, channel, timestamp, values, tags=None)\n--\n\n"
      "Write one string-array value."},
+    {"enqueue_batch", (PyCFunction)(void (*)(void))FastWrites_enqueue_batch, METH_FASTCALL | METH_KEYWORDS,
+     "enqueue_batch($self, channel, timestamps, values, tags=None)\n--\n\n"
+     "Write many points of one series.\n\n"
+     "Args:\n"
+     "    channel: channel name.\n"
+     "    timestamps: int64 ns / datetime64 array, or a sequence of any accepted timestamp.\n"
+     "    values: a 1-D numpy array or sequence of one type; a 2-D float array (or a sequence of\n"
+     "        float sequences) is a double-array series, one row per timestamp; a sequence of\n"
+     "        str sequences is a string-array series; a sequence of mappings is a struct series.\n"
+     "    tags: optional tags.\n\n"
+     "Raises:\n"
+     "    ValueError: lengths differ, or a bad channel/timestamp.\n"
+     "    SeriesTypeError / TypeError: a value type conflict or an unsupported value."},
     {"_bind_writes", (PyCFunction)FastWrites_bind_writes, METH_O,
      "_bind_writes($self, core, /)\n--\n\nSet the stream core the compiled writes go to."},
     {NULL, NULL, 0, NULL},
@@ -859,6 +973,10 @@ PyInit__fastpath(void)
     INTERN(str_counted, "counted");
     INTERN(str_fast_arrays, "fast_arrays");
     INTERN(str_fast_string_arrays, "fast_string_arrays");
+    INTERN(str_fast_columns, "fast_columns");
+    INTERN(str_put_double_column, "put_double_column");
+    INTERN(str_copy, "copy");
+    INTERN(str_enqueue_batch, "_enqueue_batch");
     INTERN(str_enqueue_string_array, "_enqueue_string_array");
     INTERN(str_settled, "settled");
     INTERN(str_submit, "submit");

@@ -188,6 +188,10 @@ class PointBatch:
         #: ``values.float_row`` (``string_row``) converts it. Empty while rows are pending, as
         #: ``fast``: arrays are never in rows (records holding them go point by point), but the
         #: Python path settles the rows first, and the compiled one must do what it does.
+        #: Untagged channels whose series is double -> its key: the columns the compiled
+        #: ``NominalStream.enqueue_batch`` takes (int64 and float64 arrays, as ``series_chunks``'
+        #: own fast path). Never closed: a column settles what is pending before it.
+        self.fast_columns: dict[str, SeriesKey] = {}
         self._all_fast_arrays: dict[str, int] = {}
         self._all_fast_string_arrays: dict[str, int] = {}
         self.fast_arrays: dict[str, int] = self._all_fast_arrays
@@ -421,10 +425,9 @@ class PointBatch:
                 and timestamps.ndim == values.ndim == 1
                 and len(timestamps) == len(values) != 0
             ):
-                n = len(timestamps)
                 ts = timestamps.copy()  # copies: callers may reuse their arrays
                 if not holds_int64_min(ts):
-                    return [Chunk(slot.key, ValueType.DOUBLE, ts, values.copy(), (_TS_BYTES + 8) * n)]
+                    return [double_column(slot.key, ts, values.copy())]
         slot, new = self._slot_for(channel, tags)
         timestamps, values = _as_column(timestamps), _as_column(values)
         if not is_column(timestamps):
@@ -695,8 +698,10 @@ class PointBatch:
             self._tagged[(channel, tuple(tags.items()))] = known
         else:
             self._untagged[channel] = known
-            if known.vtype is ValueType.DOUBLE and known.unchecked is float:
-                self._all_fast[channel] = known.code
+            if known.vtype is ValueType.DOUBLE:
+                self.fast_columns[channel] = known.key
+                if known.unchecked is float:
+                    self._all_fast[channel] = known.code
             elif known.vtype is ValueType.DOUBLE_ARRAY:
                 self._all_fast_arrays[channel] = known.code
             elif known.vtype is ValueType.STRING_ARRAY:
@@ -849,6 +854,12 @@ def _empty_rows(vt: ValueType, n: int) -> Any:
     if vt is ValueType.DOUBLE_ARRAY:
         return [np.empty(0, dtype=np.float64)] * n
     return [()] * n
+
+
+def double_column(key: SeriesKey, ts: Any, values: Any) -> Chunk:
+    """The chunk of a checked double column (int64 ns, float64 values, copies the chunk owns):
+    ``series_chunks``' fast path, and the compiled ``enqueue_batch``'s (``_Core.put_double_column``)."""
+    return Chunk(key, ValueType.DOUBLE, ts, values, (_TS_BYTES + 8) * len(ts))
 
 
 def _point_bytes(value: Any) -> int:

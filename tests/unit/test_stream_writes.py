@@ -1,4 +1,4 @@
-"""``NominalStream.enqueue``, ``enqueue_float_array`` and ``enqueue_string_array`` are compiled
+"""``NominalStream.enqueue``, ``enqueue_float_array``, ``enqueue_string_array`` and ``enqueue_batch`` are compiled
 (``_fastpath.c``'s ``FastWrites``, the stream's base class) for the common call, and in Python
 (``_enqueue`` ...) for every other call and where the module is not built. These tests
 hold the two to the same outcome, call by call: the same error or none, the same requests, the
@@ -46,6 +46,10 @@ class CountingStream(NominalStream):
         self.python_calls += 1
         super()._enqueue_string_array(*args, **kwargs)
 
+    def _enqueue_batch(self, *args: Any, **kwargs: Any) -> None:
+        self.python_calls += 1
+        super()._enqueue_batch(*args, **kwargs)
+
 
 class ListSub(list):  # type: ignore[type-arg]
     pass
@@ -88,6 +92,38 @@ STRING_ROWS: list[Any] = [
     "ab",
     [b"a"],
 ]
+TS = np.arange(B, B + 4, dtype=np.int64)
+VALS = np.array([0.5, 1.5, -0.0, np.nan])
+
+
+class ArraySub(np.ndarray):
+    pass
+
+
+COLUMNS: list[tuple[Any, Any]] = [
+    (TS, VALS),
+    (TS[::2], VALS[::2]),  # strided views
+    (TS[:1], VALS[:1]),
+    (TS[:0], VALS[:0]),
+    (TS, VALS[:3]),
+    (np.array([B, -(2**63)], dtype=np.int64), VALS[:2]),
+    (np.array([B, 2**63 - 1], dtype=np.int64), VALS[:2]),
+    (TS.astype(">i8"), VALS),
+    (TS.astype(np.longlong), VALS),
+    (TS.astype(np.uint64), VALS),
+    (TS.astype("M8[ns]"), VALS),
+    (TS, VALS.astype(">f8")),
+    (TS, VALS.astype(np.float32)),
+    (TS, np.arange(4, dtype=np.int64)),
+    (TS, np.array([True, False, True, False])),
+    (TS, VALS.reshape(2, 2)),
+    (TS.reshape(2, 2), VALS),
+    (TS.tolist(), VALS),
+    (TS, VALS.tolist()),
+    (TS.view(ArraySub), VALS),
+    (TS, VALS.view(ArraySub)),
+    (TS, np.array(["a", "b", "c", "d"])),
+]
 CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     *(("enqueue", point, {}) for point in CANDIDATES),
     ("enqueue", ("c", B, 0.5, None), {}),
@@ -118,6 +154,13 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("enqueue_string_array", ("sarr", B), {"values": ["x"], "tags": None}),
     ("enqueue_string_array", ("sarr", B), {}),
     ("enqueue", ("sarr", B, ["x", "y"]), {}),
+    *(("enqueue_batch", ("c", ts, vals), {}) for ts, vals in COLUMNS),
+    *(("enqueue_batch", (channel, TS, VALS), {}) for channel in ("arr", "sarr", "new_c", StrSub("c"), ["c"], "")),
+    ("enqueue_batch", ("c", TS, VALS, {"k": "v"}), {}),
+    ("enqueue_batch", ("c", TS, VALS, {}), {}),
+    ("enqueue_batch", ("c",), {"timestamps": TS, "values": VALS, "tags": None}),
+    ("enqueue_batch", ("c", TS), {}),
+    ("enqueue_batch", ("c", TS), {"value": VALS}),
     ("enqueue_float_array", ("sarr", B, [1.0]), {}),
 ]
 
@@ -193,7 +236,10 @@ def test_compiled_and_python_writes_agree_over_many_requests() -> None:
             strings = [f"s{j}" * int(rng.integers(0, 4)) for j in range(int(rng.integers(0, 9)))]
             calls.append(("enqueue_string_array", (f"s{k}", B + i, strings), {}))
         elif k < 8:
-            calls.append(("enqueue", ("c0", B + i, float(i), {"k": str(i % 3)}), {}))
+            if i % 2:
+                calls.append(("enqueue", ("c0", B + i, float(i), {"k": str(i % 3)}), {}))
+            else:  # a column of a series written point by point too
+                calls.append(("enqueue_batch", ("c1", B + i + np.arange(3), rng.random(3)), {}))
         else:  # a wide record: rows pending close the compiled paths until they settle
             record = {"w0": float(i), "c1": 0.5, "a3": [float(i)], "s5": ["r"]}
             calls.append(("enqueue_from_dict", (B + i, record), {}))
@@ -201,7 +247,8 @@ def test_compiled_and_python_writes_agree_over_many_requests() -> None:
         compiled = _run(NominalStream, calls, **settings)
         python = _run(PythonStream, calls, **settings)
         assert compiled == python
-        assert compiled[2] == 3003 + 3 * sum(1 for c in calls if c[0] == "enqueue_from_dict")
+        extra = {"enqueue_from_dict": 3, "enqueue_batch": 2}
+        assert compiled[2] == 3003 + sum(extra.get(c[0], 0) for c in calls)
         assert len(compiled[1]) > (1 if settings else 0)
 
 
@@ -215,13 +262,15 @@ def test_the_compiled_writes_take_the_common_calls() -> None:
         stream.enqueue("c", B + i, 0.5)
         stream.enqueue_float_array("arr", B + i, [0.5, 1.5])
         stream.enqueue_string_array("sarr", B + i, ["a", "b"] if i % 2 else ("a", "b"))
-    assert stream.python_calls == 3
+        stream.enqueue_batch("col", TS + 4 * i, VALS)
+    assert stream.python_calls == 4
     stream.enqueue("c", B, 0.5, {"k": "v"})
     stream.enqueue("c", B, np.float64(0.5))
     stream.enqueue_float_array("arr", B, (0.5, 1.5))
     stream.enqueue_string_array("sarr", B, ["é"])
-    assert stream.python_calls == 7
-    assert stream.close().points == 3004
+    stream.enqueue_batch("col", TS, VALS.tolist())
+    assert stream.python_calls == 9
+    assert stream.close().points == 7008
 
 
 def test_a_closed_stream_refuses_the_common_call() -> None:
@@ -260,5 +309,5 @@ def test_an_error_in_the_cut_releases_the_lock_and_propagates() -> None:
 
 
 def test_the_compiled_docstrings_are_the_python_ones() -> None:
-    for name in ("enqueue", "enqueue_float_array", "enqueue_string_array"):
+    for name in ("enqueue", "enqueue_float_array", "enqueue_string_array", "enqueue_batch"):
         assert inspect.getdoc(getattr(NominalStream, name)) == inspect.getdoc(getattr(_PythonWrites, name)), name
