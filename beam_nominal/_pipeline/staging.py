@@ -464,44 +464,49 @@ class PointBatch:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        # Columns by position, each as one Array: looking 50 columns up by name and combining
+        # each (pyarrow's own calls) cost as much as converting them.
         if isinstance(table, pa.RecordBatch):
-            table = pa.Table.from_batches([table])
-        if timestamp_column not in table.column_names:
-            raise ElementError(
-                timestamp_column, f"Arrow table has no {timestamp_column!r} column; columns {table.column_names}"
-            )
-        tcol = table.column(timestamp_column)
+            names, columns = table.schema.names, table.columns
+        else:
+            names, columns = table.column_names, [c.combine_chunks() for c in table.columns]
+        if timestamp_column not in names:
+            raise ElementError(timestamp_column, f"Arrow table has no {timestamp_column!r} column; columns {names}")
+        if len(set(names)) != len(names):
+            twice = next(n for n in names if names.count(n) > 1)
+            raise ElementError("columns", f"Arrow table has more than one column named {twice!r}")
+        tcol = columns[names.index(timestamp_column)]
         if tcol.null_count:
             raise ElementError(timestamp_column, f"{tcol.null_count} null timestamps")
         if pa.types.is_timestamp(tcol.type):
-            ts_all = np.asarray(
-                pc.cast(tcol, pa.timestamp("ns", tcol.type.tz)).combine_chunks().cast(pa.int64()).to_numpy(),
-                dtype=np.int64,
-            )
+            as_ns = pc.cast(tcol, pa.timestamp("ns", tcol.type.tz)).cast(pa.int64())
+            ts_all = np.asarray(as_ns.to_numpy(), dtype=np.int64)
         elif pa.types.is_integer(tcol.type):
             try:
-                ts_all = timestamps_ns(tcol.combine_chunks().to_numpy())
+                ts_all = timestamps_ns(tcol.to_numpy())
             except (TypeError, ValueError) as exc:
                 raise ElementError(timestamp_column, str(exc)) from None
         else:
             raise ElementError(timestamp_column, f"timestamp column has type {tcol.type}; use timestamp or int64 ns")
+        # One copy the chunks own (Arrow's memory is the caller's), shared by every column
+        # without nulls, as a wide record's columns share theirs.
+        ts_owned = np.array(ts_all, dtype=np.int64)
         prepared: list[tuple[_Slot, bool, str, Any, Any, int]] = []
-        for name in table.column_names:
+        for name, col in zip(names, columns, strict=True):
             if name == timestamp_column:
                 continue
             slot, new = self._slot_for(name, tags, field="column")
-            col = table.column(name).combine_chunks()
-            ts = ts_all
+            ts = ts_owned
             if col.null_count:
                 valid = pc.is_valid(col)
-                ts = ts_all[valid.to_numpy(zero_copy_only=False)]
+                ts = ts_owned[valid.to_numpy(zero_copy_only=False)]
                 col = col.filter(valid)
             if not len(ts):
                 continue
             vt, vals, vbytes = arrow_column(name, col, None if new else slot.vtype)
             if new:
                 slot = _Slot(-1, slot.key, vt)
-            prepared.append((slot, new, name, np.array(ts, dtype=np.int64), vals, vbytes + _TS_BYTES * len(ts)))
+            prepared.append((slot, new, name, ts, vals, vbytes + _TS_BYTES * len(ts)))
         out = []
         for slot, new, name, ts, vals, nbytes in prepared:
             if new:

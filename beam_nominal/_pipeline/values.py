@@ -462,24 +462,48 @@ def check_pin(channel: str, pinned: ValueType | None, vt: ValueType) -> ValueTyp
 
 
 def arrow_column(name: str, col: Any, pinned: ValueType | None) -> tuple[ValueType, Any, int]:
-    import pyarrow as pa
-
     t = col.type
-    if pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t):
+    kind = _ARROW_KINDS.get(t)
+    if kind is None:
+        kind = _arrow_kind(t)
+        if len(_ARROW_KINDS) < 256:  # a table's types repeat; parametrised ones may not
+            _ARROW_KINDS[t] = kind
+    if kind == "number":
         arr = col.to_numpy(zero_copy_only=False)
         return column(name, arr, pinned)
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
+    if kind == "string":
         out = col.to_pylist()
         return check_pin(name, pinned, ValueType.STRING), out, value_bytes(ValueType.STRING, out)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        vtype = t.value_type
-        if pa.types.is_string(vtype) or pa.types.is_large_string(vtype):
-            rows = col.to_pylist()
-            return check_pin(name, pinned, ValueType.STRING_ARRAY), rows, value_bytes(ValueType.STRING_ARRAY, rows)
-        if pa.types.is_floating(vtype) or pa.types.is_integer(vtype):
-            frows = [np.asarray(r.values.to_numpy(zero_copy_only=False), dtype=np.float64) for r in col]
-            return check_pin(name, pinned, ValueType.DOUBLE_ARRAY), frows, value_bytes(ValueType.DOUBLE_ARRAY, frows)
-    if pa.types.is_struct(t) or pa.types.is_map(t):
+    if kind == "string_list":
+        rows = col.to_pylist()
+        return check_pin(name, pinned, ValueType.STRING_ARRAY), rows, value_bytes(ValueType.STRING_ARRAY, rows)
+    if kind == "number_list":
+        frows = [np.asarray(r.values.to_numpy(zero_copy_only=False), dtype=np.float64) for r in col]
+        return check_pin(name, pinned, ValueType.DOUBLE_ARRAY), frows, value_bytes(ValueType.DOUBLE_ARRAY, frows)
+    if kind == "struct":
         out = [struct_json(name, dict(v) if not isinstance(v, dict) else v) for v in col.to_pylist()]
         return check_pin(name, pinned, ValueType.STRUCT), out, value_bytes(ValueType.STRUCT, out)
     raise TypeError(f"column {name!r} has Arrow type {t}, which has no Nominal type")
+
+
+#: Arrow type -> how arrow_column converts it (pyarrow's type tests are Python calls, three to
+#: five a column; a table of 50 columns paid them 50 times).
+_ARROW_KINDS: dict[Any, str] = {}
+
+
+def _arrow_kind(t: Any) -> str:
+    import pyarrow as pa
+
+    if pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t):
+        return "number"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        vtype = t.value_type
+        if pa.types.is_string(vtype) or pa.types.is_large_string(vtype):
+            return "string_list"
+        if pa.types.is_floating(vtype) or pa.types.is_integer(vtype):
+            return "number_list"
+    if pa.types.is_struct(t) or pa.types.is_map(t):
+        return "struct"
+    return "none"

@@ -363,6 +363,31 @@ def test_series_elements_copy_their_columns() -> None:
     assert_taken(b, [("x", (), "double", [(BASE, 1.0), (BASE + 1, 2.0)])])
 
 
+def test_a_tables_columns_share_one_timestamps_copy_of_their_own() -> None:
+    # One copy per table, not per column: the chunks must not hold the caller's Arrow memory,
+    # and a column with nulls gets its own (filtered) timestamps.
+    ts = pa.array(np.arange(BASE, BASE + 4, dtype=np.int64))
+    batch = pa.RecordBatch.from_pydict({"timestamp": ts, "a": [1.0, 2.0, 3.0, 4.0], "b": [5.0, 6.0, 7.0, 8.0]})
+    for table in (batch, pa.Table.from_batches([batch, batch])):
+        chunks = PointBatch().table_chunks(table, "timestamp")
+        a, b = (c.timestamps for c in chunks)
+        assert a is b and a.flags.writeable and a.flags.owndata
+        assert not np.shares_memory(a, ts.to_numpy())
+    with_nulls = pa.RecordBatch.from_pydict({"timestamp": ts, "a": [1.0, None, 3.0, 4.0], "b": [5.0, 6.0, 7.0, 8.0]})
+    a, b = (c.timestamps for c in PointBatch().table_chunks(with_nulls, "timestamp"))
+    assert a.tolist() == [BASE, BASE + 2, BASE + 3] and b.tolist() == list(range(BASE, BASE + 4))
+
+
+def test_a_table_with_two_columns_of_one_name_is_refused_naming_it() -> None:
+    table = pa.Table.from_arrays(
+        [pa.array([BASE, BASE + 1]), pa.array([1.0, 2.0]), pa.array([3.0, 4.0])], names=["timestamp", "x", "x"]
+    )
+    b = PointBatch()
+    with pytest.raises(ElementError, match="more than one column named 'x'"):
+        b.add_table(table, "timestamp")
+    assert b.points == 0
+
+
 def test_arrow_tables_with_nulls_as_gaps() -> None:
     b = PointBatch()
     table = pa.table(
