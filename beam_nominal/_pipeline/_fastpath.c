@@ -377,13 +377,26 @@ write_args(const char *method, const char *const *names, PyObject *const *args, 
     return 0;
 }
 
-/* 1 if the write is one the compiled methods take: no tags, and the timestamp an int ns
- * (-2**63 < ts <= 2**63 - 1, as add_fast). */
+/* 1 if the channel is a str (exactly): a str subclass's __hash__ or __eq__ is Python code, which
+ * the map lookup would run under the core's lock with no frame of the stream on the stack, so
+ * that a Ctrl+C landing there looks like one in the caller's own code (interrupt.py): the
+ * handler drains the stream at once, and the drain waits for the lock this thread holds, for
+ * ever. The Python methods run that code in their own frame, where the handler defers. (Nor do
+ * the maps hold a key whose __eq__ is Python code, which a lookup of a str would call:
+ * PointBatch._register.) */
+static int
+plain_channel(PyObject *channel)
+{
+    return PyUnicode_CheckExact(channel);
+}
+
+/* 1 if the write is one the compiled methods take: no tags, a plain channel, and the timestamp
+ * an int ns (-2**63 < ts <= 2**63 - 1, as add_fast). */
 static int
 common_write(PyObject *const *args4)
 {
     int overflow = 0;
-    if (args4[3] != Py_None || !PyLong_CheckExact(args4[1])) {
+    if (args4[3] != Py_None || !plain_channel(args4[0]) || !PyLong_CheckExact(args4[1])) {
         return 0;
     }
     long long t = PyLong_AsLongLongAndOverflow(args4[1], &overflow);
@@ -713,8 +726,8 @@ FastWrites_enqueue_batch(FastWrites *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     Py_ssize_t n = 0;
-    if (self->core != NULL && a[3] == Py_None && (n = column_length(self, a[1], 0)) > 0 &&
-        column_length(self, a[2], 1) == n) {
+    if (self->core != NULL && a[3] == Py_None && plain_channel(a[0]) &&
+        (n = column_length(self, a[1], 0)) > 0 && column_length(self, a[2], 1) == n) {
         /* Copies (callers may reuse their arrays), made before the lock is taken. */
         PyObject *ts = PyObject_CallMethodNoArgs(a[1], str_copy);
         PyObject *values = ts == NULL ? NULL : PyObject_CallMethodNoArgs(a[2], str_copy);
