@@ -1,5 +1,6 @@
-/* PointBatch's compiled paths: WriteDoFn.process (FastProcess), NominalStream's enqueue and
- * enqueue_float_array (FastWrites), and the flat list's split into columns (flat_columns).
+/* PointBatch's compiled paths: WriteDoFn.process (FastProcess), NominalStream's enqueue,
+ * enqueue_float_array, enqueue_string_array and enqueue_batch (FastWrites), and the flat list's
+ * split into columns (flat_columns).
  *
  * Why C: Beam calls process once per element, and a stream's caller enqueue once per point; in
  * Python the call and a dozen bytecodes of the rule cost ~2,500 instructions a point, more than
@@ -23,10 +24,11 @@
  * pickling goes through WriteDoFn's __reduce__ (configuration only).
  *
  * FastWrites is NominalStream's base class, bound to the stream's core by _bind_writes: its
- * enqueue, enqueue_float_array and enqueue_string_array take the common call (no tags, an int ns,
- * and a float, a list of floats, or a list or tuple of ASCII strs, of a known series) under the
- * core's lock, as the Python methods _enqueue, _enqueue_float_array and _enqueue_string_array
- * would, and hand every other call to them, its four arguments by position
+ * enqueue, enqueue_float_array and enqueue_string_array take the common call (no tags, a str
+ * channel, an int ns, and a float, a list of floats, or a list or tuple of ASCII strs, of a known
+ * series) and its enqueue_batch 1-D int64 and float64 ndarrays of a known double series, under
+ * the core's lock, as the Python methods _enqueue, _enqueue_float_array, _enqueue_string_array
+ * and _enqueue_batch would, and hand every other call to them, its four arguments by position
  * (tests/unit/test_stream_writes.py holds the two to the same requests).
  */
 #define PY_SSIZE_T_CLEAN
@@ -888,7 +890,7 @@ static PyMethodDef FastWrites_methods[] = {
 static PyTypeObject FastWritesType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "beam_nominal._pipeline._fastpath.FastWrites",
-    .tp_doc = "Base of NominalStream: its enqueue, enqueue_float_array and enqueue_string_array, compiled (see the module's source).",
+    .tp_doc = "Base of NominalStream: its enqueue, enqueue_float_array, enqueue_string_array and enqueue_batch, compiled (see the module's source).",
     .tp_basicsize = sizeof(FastWrites),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
