@@ -774,7 +774,7 @@ class NominalStream(_WritesBase):
             # _write's steps, inlined: through _write a point costs 7,961 instructions, here
             # 5,052 (callgrind, the scalar shape of bench_stream, before the compiled enqueue
             # took it), and the tagged points that still come here gain as much. Change both
-            # together, and FastWrites' locked_append (_fastpath.c), which makes these steps.
+            # together, and FastWrites' locked_write (_fastpath.c), which makes these steps.
             if len(staged.flat) < c.settle_flat and staged.nbytes < c.max_bytes:
                 return
             reqs = c.settled()

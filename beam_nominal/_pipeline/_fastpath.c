@@ -1,5 +1,6 @@
-/* PointBatch's compiled paths: WriteDoFn.process (FastProcess), NominalStream's enqueue and
- * enqueue_float_array (FastWrites), and the flat list's split into columns (flat_columns).
+/* PointBatch's compiled paths: WriteDoFn.process (FastProcess), NominalStream's enqueue,
+ * enqueue_float_array, enqueue_string_array and enqueue_batch (FastWrites), and the flat list's
+ * split into columns (flat_columns).
  *
  * Why C: Beam calls process once per element, and a stream's caller enqueue once per point; in
  * Python the call and a dozen bytecodes of the rule cost ~2,500 instructions a point, more than
@@ -23,10 +24,11 @@
  * pickling goes through WriteDoFn's __reduce__ (configuration only).
  *
  * FastWrites is NominalStream's base class, bound to the stream's core by _bind_writes: its
- * enqueue, enqueue_float_array and enqueue_string_array take the common call (no tags, an int ns,
- * and a float, a list of floats, or a list or tuple of ASCII strs, of a known series) under the
- * core's lock, as the Python methods _enqueue, _enqueue_float_array and _enqueue_string_array
- * would, and hand every other call to them, its four arguments by position
+ * enqueue, enqueue_float_array and enqueue_string_array take the common call (no tags, a str
+ * channel, an int ns, and a float, a list of floats, or a list or tuple of ASCII strs, of a known
+ * series) and its enqueue_batch 1-D int64 and float64 ndarrays of a known double series, under
+ * the core's lock, as the Python methods _enqueue, _enqueue_float_array, _enqueue_string_array
+ * and _enqueue_batch would, and hand every other call to them, its four arguments by position
  * (tests/unit/test_stream_writes.py holds the two to the same requests).
  */
 #define PY_SSIZE_T_CLEAN
@@ -380,13 +382,26 @@ write_args(const char *method, const char *const *names, PyObject *const *args, 
     return 0;
 }
 
-/* 1 if the write is one the compiled methods take: no tags, and the timestamp an int ns
- * (-2**63 < ts <= 2**63 - 1, as add_fast). */
+/* 1 if the channel is a str (exactly): a str subclass's __hash__ or __eq__ is Python code, which
+ * the map lookup would run under the core's lock with no frame of the stream on the stack, so
+ * that a Ctrl+C landing there looks like one in the caller's own code (interrupt.py): the
+ * handler drains the stream at once, and the drain waits for the lock this thread holds, for
+ * ever. The Python methods run that code in their own frame, where the handler defers. (Nor do
+ * the maps hold a key whose __eq__ is Python code, which a lookup of a str would call:
+ * PointBatch._register.) */
+static int
+plain_channel(PyObject *channel)
+{
+    return PyUnicode_CheckExact(channel);
+}
+
+/* 1 if the write is one the compiled methods take: no tags, a plain channel, and the timestamp
+ * an int ns (-2**63 < ts <= 2**63 - 1, as add_fast). */
 static int
 common_write(PyObject *const *args4)
 {
     int overflow = 0;
-    if (args4[3] != Py_None || !PyLong_CheckExact(args4[1])) {
+    if (args4[3] != Py_None || !plain_channel(args4[0]) || !PyLong_CheckExact(args4[1])) {
         return 0;
     }
     long long t = PyLong_AsLongLongAndOverflow(args4[1], &overflow);
@@ -716,8 +731,8 @@ FastWrites_enqueue_batch(FastWrites *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     Py_ssize_t n = 0;
-    if (self->core != NULL && a[3] == Py_None && (n = column_length(self, a[1], 0)) > 0 &&
-        column_length(self, a[2], 1) == n) {
+    if (self->core != NULL && a[3] == Py_None && plain_channel(a[0]) &&
+        (n = column_length(self, a[1], 0)) > 0 && column_length(self, a[2], 1) == n) {
         /* Copies (callers may reuse their arrays), made before the lock is taken. */
         PyObject *ts = PyObject_CallMethodNoArgs(a[1], str_copy);
         PyObject *values = ts == NULL ? NULL : PyObject_CallMethodNoArgs(a[2], str_copy);
@@ -878,7 +893,7 @@ static PyMethodDef FastWrites_methods[] = {
 static PyTypeObject FastWritesType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "beam_nominal._pipeline._fastpath.FastWrites",
-    .tp_doc = "Base of NominalStream: its enqueue, enqueue_float_array and enqueue_string_array, compiled (see the module's source).",
+    .tp_doc = "Base of NominalStream: its enqueue, enqueue_float_array, enqueue_string_array and enqueue_batch, compiled (see the module's source).",
     .tp_basicsize = sizeof(FastWrites),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,

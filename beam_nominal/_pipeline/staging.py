@@ -29,6 +29,7 @@ conversion rules). Nothing here is thread-safe: one writer owns a batch.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from types import WrapperDescriptorType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -703,6 +704,11 @@ class PointBatch:
             self._tagged[(channel, tuple(tags.items()))] = known
         else:
             self._untagged[channel] = known
+            if type(channel) is not str and not _c_level_str(type(channel)):
+                # Its __eq__ (Python code) would run whenever a str of its name is looked up in the
+                # maps, as the compiled NominalStream writes do under the stream's lock, where a
+                # Ctrl+C in it hangs (_fastpath.c, plain_channel). The checked paths take it.
+                return
             if known.vtype is ValueType.DOUBLE:
                 self.fast_columns[channel] = known.key
                 if known.unchecked is float:
@@ -859,6 +865,12 @@ def _empty_rows(vt: ValueType, n: int) -> Any:
     if vt is ValueType.DOUBLE_ARRAY:
         return [np.empty(0, dtype=np.float64)] * n
     return [()] * n
+
+
+def _c_level_str(cls: type) -> bool:
+    """Whether a str subclass hashes and compares in C (``numpy.str_``, a subclass overriding
+    neither), so that a dict lookup meeting one of its instances runs no Python code."""
+    return isinstance(cls.__hash__, WrapperDescriptorType) and isinstance(cls.__eq__, WrapperDescriptorType)
 
 
 def double_column(key: SeriesKey, ts: Any, values: Any) -> Chunk:
