@@ -73,7 +73,14 @@ class ServeProc:
         out, err = self.proc.stdout, self.proc.stderr
         threading.Thread(target=lambda: [lines.put(x) for x in out], daemon=True).start()
         threading.Thread(target=lambda: [self.stderr.append(x) for x in err], daemon=True).start()
-        line = lines.get(timeout=60)
+        try:
+            line = lines.get(timeout=60)
+        except queue.Empty:
+            # Say why: a server that died or hung at start-up, with what it printed.
+            self.proc.kill()
+            code = self.proc.wait(10)
+            said = "".join(self.stderr)[-2000:]
+            raise AssertionError(f"serve printed no address in 60 s (exit code {code}): {said}") from None
         m = READY.fullmatch(line)
         assert m is not None, (line, self.stderr)
         self.grpc_port, self.http_port = int(m.group(1)), int(m.group(2))
