@@ -458,6 +458,13 @@ def _cases() -> list[Case]:
         "TypeError",
         "real numbers",
     )
+    bad(
+        "table-column-twice",
+        "Arrow table with two columns of one name",
+        pa.Table.from_arrays([pa.array([B]), pa.array([1.0]), pa.array([2.0])], names=["timestamp", "c105", "c105"]),
+        "ElementError",
+        "more than one column named 'c105'",
+    )
     return out
 
 
