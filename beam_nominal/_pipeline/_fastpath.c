@@ -59,6 +59,19 @@ not_this_shape(void)
     return 0;
 }
 
+/* 1 if ts is an int ns the fast paths take as it is: an int (exactly) with -2**63 < ts <= 2**63 - 1,
+ * as add_fast (the low end is not an int64 ns Nominal takes); 0 otherwise. Raises nothing. */
+static int
+int_ns(PyObject *ts)
+{
+    int overflow = 0;
+    if (!PyLong_CheckExact(ts)) {
+        return 0;
+    }
+    long long t = PyLong_AsLongLongAndOverflow(ts, &overflow); /* an exact int raises nothing here */
+    return !overflow && t != LLONG_MIN;
+}
+
 /* 1 if cls is in the set, 0 if not (or the set is unset), -1 on error. */
 static int
 in_set(PyObject *set, PyTypeObject *cls)
@@ -92,17 +105,8 @@ field(PyObject *fields, PyObject *name)
 static int
 append_fast(FastProcess *self, PyObject *channel, PyObject *ts, PyObject *value)
 {
-    int overflow = 0;
-    if (!PyFloat_CheckExact(value) || !PyLong_CheckExact(ts)) {
+    if (!PyFloat_CheckExact(value) || !int_ns(ts)) {
         return 0;
-    }
-    /* -2**63 < ts <= 2**63 - 1, as add_fast (the low end is not an int64 ns Nominal takes). */
-    long long t = PyLong_AsLongLongAndOverflow(ts, &overflow);
-    if (overflow || t == LLONG_MIN) {
-        return 0;
-    }
-    if (t == -1 && PyErr_Occurred()) {
-        return -1;
     }
     /* One batch for the whole point, held: the channel lookup below may run Python code
      * (a str subclass's __hash__ or __eq__), which may rebind the DoFn to another batch. As in
@@ -400,12 +404,21 @@ plain_channel(PyObject *channel)
 static int
 common_write(PyObject *const *args4)
 {
-    int overflow = 0;
-    if (args4[3] != Py_None || !plain_channel(args4[0]) || !PyLong_CheckExact(args4[1])) {
-        return 0;
+    return args4[3] == Py_None && plain_channel(args4[0]) && int_ns(args4[1]);
+}
+
+/* A compiled write's end: None if locked_write took the call (rc 1), NULL on its error (rc -1),
+ * else the Python method's result for the call's four arguments. */
+static PyObject *
+taken_or_python(FastWrites *self, int rc, PyObject *method, PyObject *const *args4)
+{
+    if (rc < 0) {
+        return NULL;
     }
-    long long t = PyLong_AsLongLongAndOverflow(args4[1], &overflow);
-    return !overflow && t != LLONG_MIN; /* an exact int raises nothing here */
+    if (rc > 0) {
+        Py_RETURN_NONE;
+    }
+    return PyObject_CallMethodObjArgs((PyObject *)self, method, args4[0], args4[1], args4[2], args4[3], NULL);
 }
 
 /* dict[key] as a Py_ssize_t; -1 with an error set where it is missing or not an int (or
@@ -569,17 +582,12 @@ FastWrites_enqueue(FastWrites *self, PyObject *const *args, Py_ssize_t nargs, Py
     if (write_args("enqueue", enqueue_names, args, nargs, kwnames, a) < 0) {
         return NULL;
     }
+    int rc = 0;
     if (self->core != NULL && common_write(a) && PyFloat_CheckExact(a[2])) {
         Write w = {a[1], a[2], 0, 0, 0};
-        int rc = locked_write(self, str_fast, a[0], &w);
-        if (rc < 0) {
-            return NULL;
-        }
-        if (rc > 0) {
-            Py_RETURN_NONE;
-        }
+        rc = locked_write(self, str_fast, a[0], &w);
     }
-    return PyObject_CallMethodObjArgs((PyObject *)self, str_enqueue, a[0], a[1], a[2], a[3], NULL);
+    return taken_or_python(self, rc, str_enqueue, a);
 }
 
 /* values.float_row of a list of floats: its doubles packed in native order, as bytes; NULL with
@@ -611,6 +619,7 @@ FastWrites_enqueue_float_array(FastWrites *self, PyObject *const *args, Py_ssize
     if (write_args("enqueue_float_array", float_array_names, args, nargs, kwnames, a) < 0) {
         return NULL;
     }
+    int rc = 0;
     if (self->core != NULL && common_write(a) && PyList_CheckExact(a[2])) {
         /* Packed before the lock is taken, as float_row converts before the Python method's. */
         PyObject *row = packed_floats(a[2]);
@@ -620,17 +629,11 @@ FastWrites_enqueue_float_array(FastWrites *self, PyObject *const *args, Py_ssize
         if (row != NULL) {
             /* _append's estimate of a packed row: staging._point_bytes. */
             Write w = {a[1], row, 24 + PyBytes_GET_SIZE(row), 1, 0};
-            int rc = locked_write(self, str_fast_arrays, a[0], &w);
+            rc = locked_write(self, str_fast_arrays, a[0], &w);
             Py_DECREF(row);
-            if (rc < 0) {
-                return NULL;
-            }
-            if (rc > 0) {
-                Py_RETURN_NONE;
-            }
         }
     }
-    return PyObject_CallMethodObjArgs((PyObject *)self, str_enqueue_float_array, a[0], a[1], a[2], a[3], NULL);
+    return taken_or_python(self, rc, str_enqueue_float_array, a);
 }
 
 /* values.string_row of a list or tuple of ASCII strs (the tuple itself, or the list's items as
@@ -658,6 +661,7 @@ FastWrites_enqueue_string_array(FastWrites *self, PyObject *const *args, Py_ssiz
     if (write_args("enqueue_string_array", float_array_names, args, nargs, kwnames, a) < 0) {
         return NULL;
     }
+    int rc = 0;
     if (self->core != NULL && common_write(a) && (PyList_CheckExact(a[2]) || PyTuple_CheckExact(a[2]))) {
         Py_ssize_t text = 0;
         PyObject *row = ascii_row(a[2], &text);
@@ -666,19 +670,12 @@ FastWrites_enqueue_string_array(FastWrites *self, PyObject *const *args, Py_ssiz
         }
         if (row != NULL) {
             /* _append's estimate of a string-array row: staging._point_bytes. */
-            Py_ssize_t nbytes = 24 + text + 2 * PyTuple_GET_SIZE(row);
-            Write w = {a[1], row, nbytes, 1, 0};
-            int rc = locked_write(self, str_fast_string_arrays, a[0], &w);
+            Write w = {a[1], row, 24 + text + 2 * PyTuple_GET_SIZE(row), 1, 0};
+            rc = locked_write(self, str_fast_string_arrays, a[0], &w);
             Py_DECREF(row);
-            if (rc < 0) {
-                return NULL;
-            }
-            if (rc > 0) {
-                Py_RETURN_NONE;
-            }
         }
     }
-    return PyObject_CallMethodObjArgs((PyObject *)self, str_enqueue_string_array, a[0], a[1], a[2], a[3], NULL);
+    return taken_or_python(self, rc, str_enqueue_string_array, a);
 }
 
 static const char *const batch_names[] = {"channel", "timestamps", "values", "tags"};
@@ -731,27 +728,24 @@ FastWrites_enqueue_batch(FastWrites *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     Py_ssize_t n = 0;
+    int rc = 0;
     if (self->core != NULL && a[3] == Py_None && plain_channel(a[0]) &&
         (n = column_length(self, a[1], 0)) > 0 && column_length(self, a[2], 1) == n) {
         /* Copies (callers may reuse their arrays), made before the lock is taken. */
         PyObject *ts = PyObject_CallMethodNoArgs(a[1], str_copy);
         PyObject *values = ts == NULL ? NULL : PyObject_CallMethodNoArgs(a[2], str_copy);
         int bad = values == NULL ? -1 : holds_int64_min(ts);
-        int rc = 0;
         if (bad == 0) {
             Write w = {ts, values, 0, 0, 1};
             rc = locked_write(self, str_fast_columns, a[0], &w);
         }
         Py_XDECREF(ts);
         Py_XDECREF(values);
-        if (bad < 0 || rc < 0) {
+        if (bad < 0) {
             return NULL;
         }
-        if (rc > 0) {
-            Py_RETURN_NONE;
-        }
     }
-    return PyObject_CallMethodObjArgs((PyObject *)self, str_enqueue_batch, a[0], a[1], a[2], a[3], NULL);
+    return taken_or_python(self, rc, str_enqueue_batch, a);
 }
 
 /* obj.name as a Py_ssize_t; -1 with an error set if it is not a non-negative int. */
@@ -788,7 +782,11 @@ FastWrites_bind_writes(FastWrites *self, PyObject *core)
         PyObject *numpy = PyImport_ImportModule("numpy");
         ndarray = numpy == NULL ? NULL : PyObject_GetAttrString(numpy, "ndarray");
         Py_XDECREF(numpy);
-        if (ndarray == NULL || !PyType_Check(ndarray)) {
+        if (ndarray != NULL && !PyType_Check(ndarray)) {
+            PyErr_SetString(PyExc_TypeError, "numpy.ndarray is not a type");
+            Py_CLEAR(ndarray);
+        }
+        if (ndarray == NULL) {
             Py_CLEAR(release);
         }
     }

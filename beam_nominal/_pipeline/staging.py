@@ -183,16 +183,16 @@ class PointBatch:
         #: by the one other copy of the fast path, the compiled ``WriteDoFn.process``
         #: (``_fastpath.c``, which reads ``fast`` and ``flat`` from the batch's ``__dict__``).
         self.fast: dict[str, int] = self._all_fast
+        #: Untagged channels whose series is double -> its key: the columns the compiled
+        #: ``NominalStream.enqueue_batch`` takes (int64 and float64 arrays, as ``series_chunks``'
+        #: own fast path). Never closed: a column settles what is pending before it.
+        self.fast_columns: dict[str, SeriesKey] = {}
         #: Untagged channels whose series is a double array (a string array) -> code: what the
         #: compiled ``NominalStream.enqueue_float_array`` (``enqueue_string_array``) of
         #: ``_fastpath.c`` takes a list of floats (of ASCII strs) for, converted as
         #: ``values.float_row`` (``string_row``) converts it. Empty while rows are pending, as
         #: ``fast``: arrays are never in rows (records holding them go point by point), but the
         #: Python path settles the rows first, and the compiled one must do what it does.
-        #: Untagged channels whose series is double -> its key: the columns the compiled
-        #: ``NominalStream.enqueue_batch`` takes (int64 and float64 arrays, as ``series_chunks``'
-        #: own fast path). Never closed: a column settles what is pending before it.
-        self.fast_columns: dict[str, SeriesKey] = {}
         self._all_fast_arrays: dict[str, int] = {}
         self._all_fast_string_arrays: dict[str, int] = {}
         self.fast_arrays: dict[str, int] = self._all_fast_arrays
