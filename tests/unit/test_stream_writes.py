@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import inspect
 import re
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -311,3 +313,38 @@ def test_an_error_in_the_cut_releases_the_lock_and_propagates() -> None:
 def test_the_compiled_docstrings_are_the_python_ones() -> None:
     for name in ("enqueue", "enqueue_float_array", "enqueue_string_array", "enqueue_batch"):
         assert inspect.getdoc(getattr(NominalStream, name)) == inspect.getdoc(getattr(_PythonWrites, name)), name
+
+
+def test_without_the_compiled_module_everything_takes_the_python_paths() -> None:
+    # An install without a C compiler: the import of _fastpath fails, and the stream, the DoFn
+    # and the batch's split fall back to Python, taking the same points.
+    code = """
+import sys
+sys.modules["beam_nominal._pipeline._fastpath"] = None  # its import raises ImportError
+import numpy as np
+from beam_nominal._pipeline import staging
+from beam_nominal.beam._dofn import WriteDoFn, _PythonProcess
+from beam_nominal.stream import NominalStream, _PythonWrites
+
+assert NominalStream.__mro__[1] is _PythonWrites and WriteDoFn.__mro__[1] is _PythonProcess
+assert staging.flat_columns is None
+
+class Count:
+    points = 0
+    def send(self, request, timeout=None):
+        Count.points += request.points
+    def close(self):
+        pass
+
+B = 1_700_000_000_000_000_000
+with NominalStream(Count(), dataset_rid="ri.test.pure", linger=None) as s:
+    for i in range(5000):
+        s.enqueue("c", B + i, 0.5)
+        s.enqueue_float_array("a", B + i, [0.5, 1.5])
+        s.enqueue_string_array("s", B + i, ["x"])
+    s.enqueue_batch("b", np.arange(B, B + 100), np.ones(100))
+print(Count.points)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == str(3 * 5000 + 100)
