@@ -35,7 +35,7 @@ from beam_nominal._pipeline import interrupt as _interrupt
 from beam_nominal._pipeline import values as _values
 from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._pipeline.packer import cut_requests
-from beam_nominal._pipeline.staging import Chunk, PointBatch, double_column
+from beam_nominal._pipeline.staging import Chunk, PointBatch, double_bytes
 from beam_nominal._pipeline.uploader import Outcome, Uploader, WorkerPool
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
@@ -249,7 +249,7 @@ class _Core:
             self.first_buffered_at = None
         return out
 
-    def settled(self) -> list[Request]:
+    def settled(self) -> Sequence[Request]:
         """Lock held: settle the buffer's accounting, apply backpressure, cut full requests.
 
         Returns:
@@ -258,7 +258,7 @@ class _Core:
         self.move_staged()
         return self.cut_due()
 
-    def put_columns(self, chunks: list[Chunk]) -> list[Request]:
+    def put_columns(self, chunks: list[Chunk]) -> Sequence[Request]:
         """Lock held: :meth:`settled`, with columns the PointBatch checked (``series_chunks``
         ...) put straight into the buffer after what the batch holds, which came first."""
         self.move_staged()
@@ -267,13 +267,18 @@ class _Core:
             add(*chunk)
         return self.cut_due()
 
-    def put_double_column(self, key: SeriesKey, ts: Any, values: Any) -> list[Request]:
+    def put_double_column(self, key: SeriesKey, ts: Any, values: Any) -> Sequence[Request]:
         """Lock held: :meth:`put_columns` of one column the compiled ``enqueue_batch`` checked
         (``_fastpath.c``: a known untagged double series, int64 ns without -2**63, float64
-        values, both copies), as ``PointBatch.series_chunks`` would have returned it."""
-        return self.put_columns([double_column(key, ts, values)])
+        values, both copies), as ``PointBatch.series_chunks`` would have returned it. Called once
+        per call of 100-point columns: no chunk or list is made for it."""
+        staged = self.staged
+        if staged.flat or staged.counted:
+            self.move_staged()
+        self.buffer.add(key, ValueType.DOUBLE, ts, values, double_bytes(len(ts)))
+        return self.cut_due()
 
-    def cut_due(self) -> list[Request]:
+    def cut_due(self) -> Sequence[Request]:
         """Lock held, the buffer settled: cut full requests, update the backpressure flags."""
         buf = self.buffer
         if buf.nbytes >= self.max_bytes or buf.points >= self.max_points:
@@ -282,12 +287,14 @@ class _Core:
         self.gate = self.full or not self.accepting
         return self.take_submits()
 
-    def take_submits(self) -> list[Request]:
+    def take_submits(self) -> Sequence[Request]:
         out = self._pending_submit
+        if not out:
+            return ()  # most writes cut nothing: no list made for them
         self._pending_submit = []
         return out
 
-    def submit(self, requests: list[Request]) -> None:
+    def submit(self, requests: Sequence[Request]) -> None:
         """Outside the lock: the uploader may report an outcome synchronously."""
         for r in requests:
             self.uploader.submit(r)

@@ -829,7 +829,7 @@ class PointBatch:
         ts = np.fromiter(block.ts, np.int64, len(block.ts))
         matrix = np.array(block.rows, dtype=np.float64).T.copy()
         block.ts, block.rows, block.seq = [], [], []
-        nbytes = (_TS_BYTES + 8) * len(ts)
+        nbytes = double_bytes(len(ts))
         put = self._put
         for slot, col in zip(block.slots, matrix, strict=True):
             put(slot, ts, col, nbytes)  # type: ignore[arg-type]
@@ -873,10 +873,16 @@ def _c_level_str(cls: type) -> bool:
     return isinstance(cls.__hash__, WrapperDescriptorType) and isinstance(cls.__eq__, WrapperDescriptorType)
 
 
+def double_bytes(points: int) -> int:
+    """Estimated request bytes of ``points`` checked doubles and their timestamps."""
+    return (_TS_BYTES + 8) * points
+
+
 def double_column(key: SeriesKey, ts: Any, values: Any) -> Chunk:
     """The chunk of a checked double column (int64 ns, float64 values, copies the chunk owns):
-    ``series_chunks``' fast path, and the compiled ``enqueue_batch``'s (``_Core.put_double_column``)."""
-    return Chunk(key, ValueType.DOUBLE, ts, values, (_TS_BYTES + 8) * len(ts))
+    ``series_chunks``' fast path; the compiled ``enqueue_batch``'s (``_Core.put_double_column``)
+    puts the same into the buffer without the chunk."""
+    return Chunk(key, ValueType.DOUBLE, ts, values, double_bytes(len(ts)))
 
 
 def _point_bytes(value: Any) -> int:
