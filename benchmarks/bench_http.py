@@ -15,7 +15,9 @@ As there, every measurement runs in a fresh process after two unmeasured warm-up
 alternate the client order; the table shows medians of points/s (wall time from the first call
 to the end of close, i.e. everything acknowledged) and client CPU seconds per million points,
 and ratios to nominal-streaming from the same run. Delivery is verified every round by counting
-what the server stored for the run's dataset.
+what the server stored for the run's dataset. A second table gives the server's own CPU a point
+for each client (from /proc: Linux only): a client whose requests keep the one-core-bound server
+busy is measuring the server, not itself.
 
 Run: ``.venv/bin/python -m benchmarks.bench_http [--rounds 3] [--scale 1.0] [--only deep wide]
 [--clients ...] [--request-mib 4]``
@@ -109,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         shapes = {k: v for k, v in shapes.items() if k in args.only}
     clients = tuple(args.clients)
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    served: dict[tuple[str, str], list[float]] = {}  # server CPU seconds a run
     bad: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "server"
@@ -120,8 +123,13 @@ def main(argv: list[str] | None = None) -> int:
                     for client in order:
                         tag = client.replace("→", "-").replace("_", "-")
                         rid = f"ri.bench.{name.replace('_', '-')}.{tag}.{rnd}"
+                        s0 = server.cpu_seconds()
                         wall, cpu = _run_child(name, client, args.scale, rid, server)
+                        s1 = server.cpu_seconds()
                         results.setdefault((name, client), []).append((wall, cpu))
+                        if s0 is not None and s1 is not None:
+                            # The child writes the shape three times (two warm-up runs).
+                            served.setdefault((name, client), []).append((s1 - s0) / 3)
                         got = server.count(rid)
                         if got != points:
                             bad.append(f"{client} {name} round {rnd}: {got} of {points} points stored")
@@ -141,6 +149,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{rate[c] / 1e6:.2f}" + ("" if c == base else f" ({rate[c] / rate[base]:.2f}x)") for c in clients
         ]
         print(f"| {name} | {points:,} | {' | '.join(cells)} | {', '.join(f'{cpu[c]:.3f}' for c in clients)} |")
+    if served:
+        # A client whose requests cost the server a core's worth of CPU is measuring the server.
+        print(f"\nserver CPU s / M pts (one serve process, over each client's runs): {', '.join(clients)}\n")
+        for name, (points, _) in shapes.items():
+            per = [statistics.median(served[(name, c)]) / points * 1e6 for c in clients if (name, c) in served]
+            print(f"| {name} | {', '.join(f'{v:.3f}' for v in per)} |")
     print(f"delivery verified: {'all points, every run' if not bad else '; '.join(bad)}")
     print(f"machine: {os.cpu_count()} cores")
     return 1 if bad else 0

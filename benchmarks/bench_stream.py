@@ -200,6 +200,16 @@ class Server:
 
         return sum(i.count for i in LocalStore(self.data_dir).list_series(rid))
 
+    def cpu_seconds(self) -> float | None:
+        """The server process's CPU time so far (user and system, all threads), from Linux's
+        /proc; None where there is none."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(30)
