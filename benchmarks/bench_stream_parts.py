@@ -30,9 +30,10 @@ import numpy as np
 
 from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._pipeline.packer import cut_requests
+from beam_nominal._wire.scratch import thread_scratch
 from beam_nominal.model import SeriesKey, ValueType
 from beam_nominal.stream import NominalStream
-from beam_nominal.targets._avro_block import encode_records, thread_scratch
+from beam_nominal.targets._avro_block import encode_records
 from beam_nominal.targets.avro import _compress, _crc32
 
 T0 = 1_700_000_000_000_000_000

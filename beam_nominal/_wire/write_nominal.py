@@ -89,6 +89,7 @@ from beam_nominal._wire.encode import (
     put_timestamps_10,
     timestamp_width,
 )
+from beam_nominal._wire.scratch import thread_scratch
 from beam_nominal.model import SeriesKey, ValueType
 
 __all__ = [
@@ -127,14 +128,39 @@ _NS = 1_000_000_000
 # ---------------------------------------------------------------------------------------------
 
 
-def _point_matrix(ns: I64, tsw: int, value_bytes: int) -> tuple[U8, Any]:
+class _Matrices:
+    """Where one encode's point matrices live: the first few large ones in this thread's scratch
+    buffers, reused from request to request (a fresh request-sized matrix costs more in page
+    faults than filling it: see ``scratch.py``), the rest made fresh. The body is joined from
+    them before the encode returns, so they are free again for the thread's next encode."""
+
+    __slots__ = ("_scratch", "_taken")
+
+    #: Matrices smaller than this come from malloc's heap without faults.
+    MIN_BYTES = 256 << 10
+    #: Large matrices per encode from scratch (a request has one per value kind, nearly always).
+    SLOTS = 2
+
+    def __init__(self) -> None:
+        self._scratch = thread_scratch()
+        self._taken = 0
+
+    def empty(self, size: int) -> U8:
+        if size < self.MIN_BYTES or self._taken >= self.SLOTS:
+            return np.empty(size, dtype=np.uint8)
+        self._taken += 1
+        return self._scratch.get(f"write-nominal-{self._taken}", size)
+
+
+def _point_matrix(ns: I64, tsw: int, value_bytes: int, matrices: _Matrices | None = None) -> tuple[U8, Any]:
     """A (points, stride) matrix with each row's ``0a L`` and timestamp written, and the view of
-    its value bytes (the ``value_bytes`` >= 2 after the timestamp) for the caller to fill."""
+    its value bytes (the ``value_bytes`` >= 2 after the timestamp) for the caller to fill; in
+    ``matrices`` if given (valid until its encode ends), else fresh."""
     n = ns.shape[0]
     head = b"\x0a" + varint_bytes(tsw + value_bytes)
     h = len(head)
     stride = h + tsw + value_bytes
-    buf = np.empty(n * stride, dtype=np.uint8)
+    buf = np.empty(n * stride, dtype=np.uint8) if matrices is None else matrices.empty(n * stride)
     mat = buf.reshape(n, stride)
     if n == 0:
         return buf, mat[:, h + tsw :]
@@ -150,8 +176,8 @@ def _point_matrix(ns: I64, tsw: int, value_bytes: int) -> tuple[U8, Any]:
     return buf, mat[:, h + tsw :]
 
 
-def _double_points(ns: I64, tsw: int, values: npt.NDArray[Any]) -> U8:
-    buf, tail = _point_matrix(ns, tsw, 9)
+def _double_points(ns: I64, tsw: int, values: npt.NDArray[Any], matrices: _Matrices) -> U8:
+    buf, tail = _point_matrix(ns, tsw, 9, matrices)
     tail[:, 0] = 0x11
     stride = tsw + _DOUBLE_EXTRA
     if ns.shape[0]:
@@ -159,9 +185,9 @@ def _double_points(ns: I64, tsw: int, values: npt.NDArray[Any]) -> U8:
     return buf
 
 
-def _integer_points(ns: I64, tsw: int, values: U64, width: int) -> U8:
+def _integer_points(ns: I64, tsw: int, values: U64, width: int, matrices: _Matrices) -> U8:
     """Points whose varint values are all padded to ``width`` bytes (the widest of the series)."""
-    buf, tail = _point_matrix(ns, tsw, 1 + width)
+    buf, tail = _point_matrix(ns, tsw, 1 + width, matrices)
     tail[:, 0] = 0x10
     for k in range(width):
         group = (values >> np.uint64(7 * k)) & np.uint64(0x7F)
@@ -229,14 +255,14 @@ def _put_timestamps_at(out: U8, at: I64, ns: I64, tsw: int) -> None:
         words[at + off] = np.ndarray((ns.shape[0],), dtype="<u8", buffer=entries, offset=off, strides=(tsw,))
 
 
-def _double_array_points(i: int, batch: SeriesBatch, ns: I64, tsw: int) -> U8:
+def _double_array_points(i: int, batch: SeriesBatch, ns: I64, tsw: int, matrices: _Matrices | None = None) -> U8:
     n = ns.shape[0]
     flat, counts, width = _checked_double_rows(i, batch, n)
     if counts is None:
         # Rows of one width share one layout: one matrix, no per-row work.
         inner = b"\x12" + varint_bytes(8 * width)
         h = len(inner)
-        buf, tail = _point_matrix(ns, tsw, h + 8 * width)
+        buf, tail = _point_matrix(ns, tsw, h + 8 * width, matrices)
         tail[:, :h] = np.frombuffer(inner, dtype=np.uint8)
         tail[:, h:] = flat.view(np.uint8).reshape(n, 8 * width)
         return buf
@@ -401,6 +427,7 @@ def encode_write_nominal(batches: Sequence[SeriesBatch], session_name: str | Non
     """
     batches = list(batches)
     nb = len(batches)
+    matrices = _Matrices()
     vts: list[ValueType] = [ValueType.DOUBLE] * nb
     stamps: list[I64] = [np.empty(0, dtype=np.int64)] * nb
     payloads: list[Any] = [None] * nb
@@ -428,7 +455,7 @@ def encode_write_nominal(batches: Sequence[SeriesBatch], session_name: str | Non
                 vals = _checked_numeric(i, b, n)
             doubles[i] = vals
         elif vt is ValueType.DOUBLE_ARRAY:
-            payloads[i] = _double_array_points(i, b, ts, timestamp_width(ts))
+            payloads[i] = _double_array_points(i, b, ts, timestamp_width(ts), matrices)
         elif vt is ValueType.STRING_ARRAY:
             payloads[i] = _string_array_points(i, b, ts, timestamp_width(ts))
 
@@ -448,12 +475,12 @@ def encode_write_nominal(batches: Sequence[SeriesBatch], session_name: str | Non
             # A request of doubles only, each series with its own column (the common case), has
             # joined its timestamps already, for their minimum.
             ns = all_ts if len(idx) == nb == len(uniq) else _joined([stamps[i] for i in idx])
-            out = _double_points(ns, tsw, _joined([doubles[i] for i in idx]))
+            out = _double_points(ns, tsw, _joined([doubles[i] for i in idx]), matrices)
             stride = tsw + _DOUBLE_EXTRA
             _slice_points(payloads, idx, out, [stride * stamps[i].shape[0] for i in idx])
     for (kind, tsw), idx in groups.items():
         if kind == "integer":
-            _encode_integers(batches, stamps, payloads, idx, tsw)
+            _encode_integers(batches, stamps, payloads, idx, tsw, matrices)
     for (kind, tsw), idx in groups.items():
         if kind == "string":
             _encode_strings(batches, stamps, payloads, idx, tsw)
@@ -490,7 +517,7 @@ def _slice_points(payloads: list[Any], idx: list[int], out: U8, sizes: list[int]
 
 
 def _encode_integers(batches: list[SeriesBatch], stamps: list[I64], payloads: list[Any], idx: list[int],
-                     tsw: int) -> None:
+                     tsw: int, matrices: _Matrices) -> None:
     """Integer columns of one timestamp width: varints padded per series, grouped by that width."""
     cols = [_checked_numeric(i, batches[i], stamps[i].shape[0]) for i in idx]
     by_width: dict[int, list[int]] = {}
@@ -499,7 +526,8 @@ def _encode_integers(batches: list[SeriesBatch], stamps: list[I64], payloads: li
         by_width.setdefault(width, []).append(i)
     values = dict(zip(idx, cols, strict=True))
     for width, members in by_width.items():
-        out = _integer_points(_joined([stamps[i] for i in members]), tsw, _joined([values[i] for i in members]), width)
+        ns = _joined([stamps[i] for i in members])
+        out = _integer_points(ns, tsw, _joined([values[i] for i in members]), width, matrices)
         stride = 2 + tsw + 1 + width
         _slice_points(payloads, members, out, [stride * stamps[i].shape[0] for i in members])
 

@@ -41,16 +41,15 @@ import numpy as np
 import numpy.typing as npt
 
 from beam_nominal._wire.batch import SeriesBatch
+from beam_nominal._wire.scratch import Scratch, thread_scratch
 from beam_nominal.errors import TargetError
 from beam_nominal.model import SeriesKey
 from beam_nominal.targets._avro_block import (
     BatchError,
     NotRepresentable,
-    Scratch,
     encode_records,
     long_bytes,
     string_bytes,
-    thread_scratch,
 )
 from beam_nominal.targets.base import Request
 

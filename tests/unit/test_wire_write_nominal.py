@@ -965,3 +965,68 @@ def test_many_series_encode_as_their_single_series_bodies_joined(
     assert_body_equal(batches, reference_row.decode(data, RID), session)
     alone = b"".join(encode_write_nominal([b]) for b in batches)
     assert data == alone + (encode_write_nominal([], session) if session is not None else b"")
+
+
+# -- point matrices from the thread's scratch buffers (_Matrices) ------------------------------
+
+
+def _large_request(seed: int) -> list[SeriesBatch]:
+    """Doubles, int64s and a double-array series, each over _Matrices.MIN_BYTES of points, so
+    that every one of the three takes a matrix and the third comes past the reused slots."""
+    rng = np.random.default_rng(seed)
+    n = 40_000
+    ts = np.arange(1_700_000_000_000_000_000, 1_700_000_000_000_000_000 + n, dtype=np.int64) + seed
+    return [
+        SeriesBatch(SeriesKey.of("d"), ValueType.DOUBLE, ts, rng.random(n)),
+        SeriesBatch(SeriesKey.of("i"), ValueType.INT64, ts, rng.integers(-(2**62), 2**62, n)),
+        SeriesBatch(SeriesKey.of("a"), ValueType.DOUBLE_ARRAY, ts, rng.random((n, 3))),
+    ]
+
+
+def _assert_stores(body: bytes, batches: list[SeriesBatch]) -> None:
+    got = reference_row.decode(body, "ri.x")
+    assert len(got.batches) == len(batches)
+    for k, (want, have) in enumerate(zip(batches, got.batches, strict=True)):
+        assert_batch_equal(want, have, f"batch {k}")
+
+
+def test_large_matrices_come_from_scratch_and_each_body_stays_intact() -> None:
+    assert 40_000 * 19 >= wn._Matrices.MIN_BYTES  # the smallest of the three matrices is large
+    first_batches, second_batches = _large_request(1), _large_request(2)
+    first = encode_write_nominal(first_batches)
+    kept = bytes(first)
+    second = encode_write_nominal(second_batches)  # reuses the first encode's matrices
+    assert first == kept
+    _assert_stores(first, first_batches)
+    _assert_stores(second, second_batches)
+    # The same bytes as with every matrix fresh (slots off).
+    slots = wn._Matrices.SLOTS
+    wn._Matrices.SLOTS = 0
+    try:
+        assert encode_write_nominal(second_batches) == second
+    finally:
+        wn._Matrices.SLOTS = slots
+
+
+def test_threads_encoding_at_once_each_get_their_own_matrices() -> None:
+    requests = [_large_request(seed) for seed in range(4)]
+    want = [encode_write_nominal(b) for b in requests]
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def work(k: int) -> None:
+        try:
+            start.wait(timeout=30)
+            for _ in range(5):
+                assert encode_write_nominal(requests[k]) == want[k]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and not any(t.is_alive() for t in threads)
+    for body, batches in zip(want, requests, strict=True):
+        _assert_stores(body, batches)
