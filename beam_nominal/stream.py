@@ -277,9 +277,7 @@ class _Core:
         (``_fastpath.c``: a known untagged double series, int64 ns without -2**63, float64
         values, both copies), as ``PointBatch.series_chunks`` would have returned it. Called once
         per call of 100-point columns: no chunk or list is made for it."""
-        staged = self.staged
-        if staged.flat or staged.counted:
-            self.move_staged()
+        self.move_staged()
         self.buffer.add(key, _DOUBLE, ts, values, double_bytes(len(ts)))
         return self.cut_due()
 

@@ -151,10 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {points:,} | {' | '.join(cells)} | {', '.join(f'{cpu[c]:.3f}' for c in clients)} |")
     if served:
         # A client whose requests cost the server a core's worth of CPU is measuring the server.
-        print(f"\nserver CPU s / M pts (one serve process, over each client's runs): {', '.join(clients)}\n")
+        print("\nServer CPU s / M pts (the one serve process, medians over each client's runs):\n")
+        print(f"| shape | {' | '.join(clients)} |")
+        print("|---|" + "---|" * len(clients))
         for name, (points, _) in shapes.items():
-            per = [statistics.median(served[(name, c)]) / points * 1e6 for c in clients if (name, c) in served]
-            print(f"| {name} | {', '.join(f'{v:.3f}' for v in per)} |")
+            cells = [f"{statistics.median(served[(name, c)]) / points * 1e6:.3f}" if (name, c) in served else "-"
+                     for c in clients]
+            print(f"| {name} | {' | '.join(cells)} |")
     print(f"delivery verified: {'all points, every run' if not bad else '; '.join(bad)}")
     print(f"machine: {os.cpu_count()} cores")
     return 1 if bad else 0
