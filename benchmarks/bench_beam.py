@@ -375,6 +375,12 @@ class _Results:
     def median_cpu(self, shape: str, sink: str) -> float:
         return statistics.median(self.cpu[(shape, sink)])
 
+    def round_ratios(self, shape: str, sink: str, base: str) -> str:
+        """The lowest and highest of ``base``'s wall over ``sink``'s, round by round: how far the
+        median's ratio moves on shared cores (one round's two runs are measured close together)."""
+        ratios = [b / s for b, s in zip(self.wall[(shape, base)], self.wall[(shape, sink)], strict=True)]
+        return f"{min(ratios):.2f}-{max(ratios):.2f}x"
+
 
 def _measure(
     kind: str,
@@ -422,10 +428,12 @@ def _report_pipelines(res: _Results, shapes: list[str], sinks: tuple[str, ...], 
             [shape, f"{points:,}"]
             + [f"{rate[s] / 1e6:.2f} M" for s in sinks]
             + [f"{rate[s] / rate['nominal-streaming']:.2f}x" for s in ours]
+            + [res.round_ratios(shape, s, "nominal-streaming") for s in ours]
             + [res.verified(shape, sinks)]
         )
     ratios = [s.removeprefix("WriteToNominal") + " / ns" for s in ours]
-    _table(["shape", "points", *sinks, *ratios, "verified"], rows)
+    spreads = [f"{r}, rounds" for r in ratios]
+    _table(["shape", "points", *sinks, *ratios, *spreads, "verified"], rows)
     # Wall time is what the targets are about, but on shared cores it moves with other jobs' load;
     # this process's CPU time (all its threads, nominal-streaming's Rust thread included; not the
     # gRPC server's process) moves much less.
