@@ -10,8 +10,6 @@ not pin its memory in the thread. A buffer is valid until the thread's next use 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,21 +34,6 @@ class Scratch:
             else:
                 self._bufs.pop(name, None)
         return buf[:size]
-
-    def joined(self, name: str, parts: Sequence[Any], size: int) -> memoryview:
-        """``parts`` (bytes and uint8 arrays, ``size`` bytes in all) one after another in the
-        buffer ``name``: what ``b"".join(parts)`` makes, without a fresh request-sized object.
-        A part costs a Python-level copy where ``join`` copies in C, so this pays only for
-        parts of a kilobyte or more on average (a page fault costs as much as ~10 such copies)."""
-        out = self.get(name, size).data
-        at = 0
-        for part in parts:
-            n = len(part)
-            out[at : at + n] = part
-            at += n
-        if at != size:
-            raise ValueError(f"parts hold {at} bytes, not {size}")
-        return out
 
 
 _KEEP_MAX = 64 << 20

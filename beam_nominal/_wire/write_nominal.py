@@ -95,7 +95,6 @@ from beam_nominal.model import SeriesKey, ValueType
 __all__ = [
     "decode_write_nominal",
     "encode_write_nominal",
-    "encode_write_nominal_transient",
     "encoded_size_write_nominal",
     "estimate_write_nominal_bytes",
     "request_overhead_write_nominal",
@@ -426,29 +425,6 @@ def encode_write_nominal(batches: Sequence[SeriesBatch], session_name: str | Non
         ValueError, TypeError: as :func:`encode.encode_request` raises them, for the same bad
             batches, naming the batch index and its series.
     """
-    parts, _ = _body_parts(batches, session_name)
-    return b"".join(parts)
-
-
-#: Average bytes per part from which a transient body is joined in scratch (see Scratch.joined).
-_SCRATCH_PART_BYTES = 1024
-
-
-def encode_write_nominal_transient(
-    batches: Sequence[SeriesBatch], session_name: str | None = None
-) -> bytes | memoryview:
-    """:func:`encode_write_nominal`'s bytes, possibly in this thread's scratch: valid only until
-    the thread's next encode, for a caller that digests and compresses them at once (the HTTP
-    target). A large body made fresh for every request costs ~2 us a page in first-touch faults
-    (``scratch.py``): as much as encoding 20,000 rows of 8 doubles."""
-    parts, size = _body_parts(batches, session_name)
-    if size < _Matrices.MIN_BYTES or size < _SCRATCH_PART_BYTES * len(parts):
-        return b"".join(parts)
-    return thread_scratch().joined("write-nominal-body", parts, size)
-
-
-def _body_parts(batches: Sequence[SeriesBatch], session_name: str | None) -> tuple[list[Any], int]:
-    """The pieces of the body, in order, and their total length."""
     batches = list(batches)
     nb = len(batches)
     matrices = _Matrices()
@@ -510,7 +486,6 @@ def _body_parts(batches: Sequence[SeriesBatch], session_name: str | None) -> tup
             _encode_strings(batches, stamps, payloads, idx, tsw)
 
     parts: list[Any] = []
-    size = 0
     framings = _FRAMINGS
     for i, b in enumerate(batches):
         head = _checked_key_bytes(i, b, _SERIES_KEY_CACHE, _encode_series_key)
@@ -523,13 +498,10 @@ def _body_parts(batches: Sequence[SeriesBatch], session_name: str | None) -> tup
                 framings.clear()
             framings[(vts[i], plen)] = framing
         body_len = len(head) + len(framing) + plen
-        series_head = _T1 + varint_bytes(body_len)
-        size += len(series_head) + body_len
-        parts += (series_head, head, framing, payload)
+        parts += (_T1 + varint_bytes(body_len), head, framing, payload)
     if session_name is not None:
         parts.append(_string_field(_T2, session_name))
-        size += len(parts[-1])
-    return parts, size
+    return b"".join(parts)
 
 
 def _joined(columns: list[Any]) -> Any:

@@ -134,34 +134,3 @@ def test_the_idempotency_key_is_the_digest_of_the_uncompressed_body() -> None:
         assert body != encode_write_nominal(batches)  # what is sent is compressed
     finally:
         t.close()
-
-
-def test_a_body_encoded_in_scratch_stays_intact_after_the_threads_next_request() -> None:
-    import hashlib
-
-    import numpy as np
-    import zstandard
-
-    from beam_nominal._wire.batch import SeriesBatch
-    from beam_nominal._wire.write_nominal import encode_write_nominal
-    from beam_nominal.model import SeriesKey, ValueType
-    from beam_nominal.targets.base import Request
-
-    def request(seed: int) -> Request:
-        # One series of 100,000 doubles: a body of a few large parts, joined in scratch.
-        rng = np.random.default_rng(seed)
-        ts = np.arange(1_700_000_000_000_000_000, 1_700_000_000_000_000_000 + 100_000, dtype=np.int64)
-        return Request(RID, [SeriesBatch(SeriesKey("a"), ValueType.DOUBLE, ts, rng.random(ts.shape[0]))])
-
-    first, second = request(1), request(2)
-    t = HttpTarget("http://127.0.0.1:1/api", dataset_rid=RID)
-    try:
-        body1, key1 = t._body(first, "row")
-        body2, key2 = t._body(second, "row")  # same thread: its encode reuses the scratch
-        for req, body, key in ((first, body1, key1), (second, body2, key2)):
-            raw = encode_write_nominal(req.batches)
-            assert zstandard.ZstdDecompressor().decompress(body) == raw
-            assert key == hashlib.sha256(raw).hexdigest()
-        assert t._body(first, "row") == (body1, key1)  # a retry sends the cached bytes
-    finally:
-        t.close()

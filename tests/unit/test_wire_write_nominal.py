@@ -1030,36 +1030,3 @@ def test_threads_encoding_at_once_each_get_their_own_matrices() -> None:
     assert not errors and not any(t.is_alive() for t in threads)
     for body, batches in zip(want, requests, strict=True):
         _assert_stores(body, batches)
-
-
-# -- transient bodies in the thread's scratch (encode_write_nominal_transient) -----------------
-
-
-def test_a_transient_body_has_the_bytes_of_the_body_and_is_joined_in_scratch_when_large() -> None:
-    first_batches, second_batches = _large_request(3), _large_request(4)
-    want_first, want_second = encode_write_nominal(first_batches), encode_write_nominal(second_batches)
-    first = wn.encode_write_nominal_transient(first_batches, "s")
-    assert isinstance(first, memoryview)  # few large parts: joined in scratch
-    assert bytes(first) == encode_write_nominal(first_batches, "s")
-    second = wn.encode_write_nominal_transient(second_batches)
-    assert bytes(second) == want_second
-    # The contract: valid only until the thread's next encode, which wrote over it.
-    assert bytes(first) != want_first
-    _assert_stores(bytes(second), second_batches)
-
-
-def test_a_transient_body_of_many_small_series_is_plain_bytes() -> None:
-    # Per part, a copy in Python costs more than the page faults it saves: b"".join makes it.
-    ts = np.arange(1_700_000_000_000_000_000, 1_700_000_000_000_000_000 + 20, dtype=np.int64)
-    batches = [SeriesBatch(SeriesKey.of(f"c{k}"), ValueType.DOUBLE, ts, np.full(20, k / 3)) for k in range(2_000)]
-    body = wn.encode_write_nominal_transient(batches)
-    assert len(body) >= wn._Matrices.MIN_BYTES  # large, but 4 parts of ~60 bytes a series
-    assert type(body) is bytes and body == encode_write_nominal(batches)
-
-
-def test_scratch_joined_refuses_parts_that_do_not_fill_the_size() -> None:
-    from beam_nominal._wire.scratch import Scratch
-
-    with pytest.raises(ValueError, match="parts hold 5 bytes, not 6"):
-        Scratch().joined("x", [b"ab", np.frombuffer(b"cde", dtype=np.uint8)], 6)
-    assert bytes(Scratch().joined("x", [b"ab", np.frombuffer(b"cde", dtype=np.uint8)], 5)) == b"abcde"
