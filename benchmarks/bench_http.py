@@ -149,6 +149,20 @@ def main(argv: list[str] | None = None) -> int:
             f"{rate[c] / 1e6:.2f}" + ("" if c == base else f" ({rate[c] / rate[base]:.2f}x)") for c in clients
         ]
         print(f"| {name} | {points:,} | {' | '.join(cells)} | {', '.join(f'{cpu[c]:.3f}' for c in clients)} |")
+    others = [c for c in clients if c != base]
+    if others and args.rounds > 1:
+        # One round's runs are measured close together: how far their ratio moves from round to
+        # round shows how much of a median's ratio the shared cores' load can explain.
+        print(f"\nRatio to {base}, round by round (lowest-highest):\n")
+        print(f"| shape | {' | '.join(others)} |")
+        print("|---|" + "---|" * len(others))
+        for name in shapes:
+            walls = {c: [w for w, _ in results[(name, c)]] for c in clients}
+            spans = []
+            for c in others:
+                per_round = [b / o for b, o in zip(walls[base], walls[c], strict=True)]
+                spans.append(f"{min(per_round):.2f}-{max(per_round):.2f}x")
+            print(f"| {name} | {' | '.join(spans)} |")
     if served:
         # A client whose requests cost the server a core's worth of CPU is measuring the server.
         print("\nServer CPU s / M pts (the one serve process, medians over each client's runs):\n")
