@@ -76,6 +76,8 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
+from benchmarks.bench_stream import round_spread
+
 T0 = 1_700_000_000_000_000_000
 SERIES_LEN = 10_000
 TABLE_ROWS = 2_000
@@ -376,10 +378,7 @@ class _Results:
         return statistics.median(self.cpu[(shape, sink)])
 
     def round_ratios(self, shape: str, sink: str, base: str) -> str:
-        """The lowest and highest of ``base``'s wall over ``sink``'s, round by round: how far the
-        median's ratio moves on shared cores (one round's two runs are measured close together)."""
-        ratios = [b / s for b, s in zip(self.wall[(shape, base)], self.wall[(shape, sink)], strict=True)]
-        return f"{min(ratios):.2f}-{max(ratios):.2f}x"
+        return round_spread(self.wall[(shape, base)], self.wall[(shape, sink)])
 
 
 def _measure(

@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_stream import Server, _measure, _shapes
+from benchmarks.bench_stream import Server, _measure, _shapes, round_spread
 
 CLIENTS = ("nominal-streaming", "ours→http-row", "ours→http-columnar", "ours→grpc")
 
@@ -158,11 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|" + "---|" * len(others))
         for name in shapes:
             walls = {c: [w for w, _ in results[(name, c)]] for c in clients}
-            spans = []
-            for c in others:
-                per_round = [b / o for b, o in zip(walls[base], walls[c], strict=True)]
-                spans.append(f"{min(per_round):.2f}-{max(per_round):.2f}x")
-            print(f"| {name} | {' | '.join(spans)} |")
+            print(f"| {name} | {' | '.join(round_spread(walls[base], walls[c]) for c in others)} |")
     if served:
         # A client whose requests cost the server a core's worth of CPU is measuring the server.
         print("\nServer CPU s / M pts (the one serve process, medians over each client's runs):\n")

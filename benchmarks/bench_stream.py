@@ -215,6 +215,13 @@ class Server:
         self.proc.wait(30)
 
 
+def round_spread(base_walls: list[float], walls: list[float]) -> str:
+    """The lowest and highest of ``base``'s wall time over another client's, round by round (one
+    round's runs are measured close together): how far a median's ratio moves on shared cores."""
+    ratios = [b / w for b, w in zip(base_walls, walls, strict=True)]
+    return f"{min(ratios):.2f}-{max(ratios):.2f}x"
+
+
 def _measure(fn: Callable[[], None]) -> tuple[float, float]:
     c0, t0 = time.process_time(), time.perf_counter()
     fn()
