@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
+
+import blake3
 
 WRITER_SERVICE = "nominal.channel_writer.v1.NominalChannelWriterService"
 WRITE_COLUMN_BATCHES = f"/{WRITER_SERVICE}/WriteColumnBatches"
@@ -64,6 +65,8 @@ def idempotency_key(body: bytes) -> str:
     """The key of a request: a digest of its bytes (which carry the dataset rid).
 
     A retried request, or a retried Beam bundle that re-cuts the same requests, gets the same key,
-    so a server that records keys stores it once.
+    so a server that records keys stores it once. BLAKE3 rather than SHA-256: as collision-resistant
+    and 4x faster here (7.4 against 1.8 GB/s, with SHA extensions), which is a fifth of the client's
+    CPU on float-array requests (docs/benchmarks.md, "session 24").
     """
-    return hashlib.sha256(body).hexdigest()
+    return blake3.blake3(body).hexdigest()
