@@ -61,7 +61,7 @@ def parse_rejected(value: object) -> dict[int, str]:
     return out
 
 
-def idempotency_key(body: bytes) -> str:
+def idempotency_key(body: bytes | memoryview) -> str:
     """The key of a request: a digest of its bytes (which carry the dataset rid).
 
     A retried request, or a retried Beam bundle that re-cuts the same requests, gets the same key,

@@ -89,7 +89,7 @@ from beam_nominal._wire.encode import (
     put_timestamps_10,
     timestamp_width,
 )
-from beam_nominal._wire.scratch import thread_scratch
+from beam_nominal._wire.scratch import joined_transient, thread_scratch
 from beam_nominal.model import SeriesKey, ValueType
 
 __all__ = [
@@ -425,6 +425,23 @@ def encode_write_nominal(batches: Sequence[SeriesBatch], session_name: str | Non
         ValueError, TypeError: as :func:`encode.encode_request` raises them, for the same bad
             batches, naming the batch index and its series.
     """
+    return b"".join(_body_parts(batches, session_name)[0])
+
+
+def encode_write_nominal_transient(
+    batches: Sequence[SeriesBatch], session_name: str | None = None
+) -> bytes | memoryview:
+    """:func:`encode_write_nominal`'s bytes in this thread's scratch buffer, valid until the
+    thread's next call: for the HTTP target, which digests and compresses the body at once and
+    keeps only the compressed copy (see :func:`scratch.joined_transient`)."""
+    parts, size = _body_parts(batches, session_name)
+    return joined_transient(parts, size, "write-nominal-body")
+
+
+def _body_parts(batches: Sequence[SeriesBatch], session_name: str | None) -> tuple[list[Any], int]:
+    """The body's bytes in order, as bytes and uint8 arrays (some of them views of this thread's
+    point matrices, valid until its next encode), and their total size; see
+    :func:`encode_write_nominal`."""
     batches = list(batches)
     nb = len(batches)
     matrices = _Matrices()
@@ -486,6 +503,7 @@ def encode_write_nominal(batches: Sequence[SeriesBatch], session_name: str | Non
             _encode_strings(batches, stamps, payloads, idx, tsw)
 
     parts: list[Any] = []
+    size = 0
     framings = _FRAMINGS
     for i, b in enumerate(batches):
         head = _checked_key_bytes(i, b, _SERIES_KEY_CACHE, _encode_series_key)
@@ -498,10 +516,13 @@ def encode_write_nominal(batches: Sequence[SeriesBatch], session_name: str | Non
                 framings.clear()
             framings[(vts[i], plen)] = framing
         body_len = len(head) + len(framing) + plen
-        parts += (_T1 + varint_bytes(body_len), head, framing, payload)
+        series_head = _T1 + varint_bytes(body_len)
+        parts += (series_head, head, framing, payload)
+        size += len(series_head) + body_len
     if session_name is not None:
         parts.append(_string_field(_T2, session_name))
-    return b"".join(parts)
+        size += len(parts[-1])
+    return parts, size
 
 
 def _joined(columns: list[Any]) -> Any:

@@ -52,20 +52,24 @@ class Request:
         return {}
 
     def encoded(
-        self, form: str, encode: Callable[[Request], bytes], compress: Callable[[bytes], bytes] | None = None
+        self,
+        form: str,
+        encode: Callable[[Request], bytes | memoryview],
+        compress: Callable[[bytes | memoryview], bytes] | None = None,
     ) -> tuple[bytes, str]:
         """This request in another wire form (e.g. an HTTP body) and that form's idempotency key.
 
         Encoded once per form: a retry of the request, on whichever worker, sends the same bytes
-        with the same key. ``encode`` must be deterministic. The key is the digest of what
-        ``encode`` returns, before ``compress``: a retried bundle on a worker with another
-        compressor version sends other bytes but the same key.
+        with the same key. ``encode`` must be deterministic; what it returns is used before this
+        returns and not kept (it may be a view of a reused buffer). The key is the digest of
+        those bytes, before ``compress``: a retried bundle on a worker with another compressor
+        version sends other bytes but the same key.
         """
         cached = self._forms.get(form)
         if cached is None:
             raw = encode(self)
             key = idempotency_key(raw)
-            cached = self._forms[form] = (raw if compress is None else compress(raw), key)
+            cached = self._forms[form] = (bytes(raw) if compress is None else compress(raw), key)
         return cached
 
     @property

@@ -60,11 +60,11 @@ _MAX_ANSWER = 1 << 20
 _ZSTD_LEVEL = -1
 
 
-def _encode_row(request: Request) -> bytes:
-    from beam_nominal._wire.write_nominal import encode_write_nominal
+def _encode_row(request: Request) -> bytes | memoryview:
+    # Transient: Request.encoded digests and compresses it at once and keeps only the result.
+    from beam_nominal._wire.write_nominal import encode_write_nominal_transient
 
-    body: bytes = encode_write_nominal(request.batches, request.source_name)
-    return body
+    return encode_write_nominal_transient(request.batches, request.source_name)
 
 
 def _encode_columnar(request: Request) -> bytes:
@@ -74,7 +74,7 @@ def _encode_columnar(request: Request) -> bytes:
     return body
 
 
-_ENCODERS: dict[str, Callable[[Request], bytes]] = {"row": _encode_row, "columnar": _encode_columnar}
+_ENCODERS: dict[str, Callable[[Request], bytes | memoryview]] = {"row": _encode_row, "columnar": _encode_columnar}
 
 
 def check_base_url(base_url: str) -> urllib.parse.SplitResult:
@@ -211,7 +211,7 @@ class HttpTarget:
     def __repr__(self) -> str:
         return f"HttpTarget({self.url!r}, format={self._format!r}, token={'<set>' if self._token else None})"
 
-    def _compress(self, body: bytes) -> bytes:
+    def _compress(self, body: bytes | memoryview) -> bytes:
         compressor = getattr(self._local, "zstd", None)
         if compressor is None:
             compressor = self._local.zstd = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)

@@ -133,3 +133,29 @@ def test_the_idempotency_key_is_the_digest_of_the_uncompressed_body() -> None:
         assert body != encode_write_nominal(batches)  # what is sent is compressed
     finally:
         t.close()
+
+
+def test_a_body_sent_again_is_unchanged_by_later_encodes_on_its_thread() -> None:
+    # The row body is made in a buffer the thread reuses: what a request keeps for its retries
+    # (the compressed bytes) must not be a view of it.
+    import numpy as np
+    import zstandard
+
+    from beam_nominal._wire.batch import SeriesBatch
+    from beam_nominal._wire.write_nominal import encode_write_nominal
+    from beam_nominal.model import SeriesKey, ValueType
+    from beam_nominal.targets.base import Request
+
+    def request(value: float) -> Request:
+        ts = np.arange(50_000, dtype=np.int64)
+        return Request(RID, [SeriesBatch(SeriesKey("a"), ValueType.DOUBLE, ts, np.full(50_000, value))])
+
+    t = HttpTarget("http://127.0.0.1:1/api", dataset_rid=RID)
+    try:
+        first = request(1.0)
+        body, _ = t._body(first, "row")
+        t._body(request(2.0), "row")
+        assert t._body(first, "row")[0] is body
+        assert zstandard.ZstdDecompressor().decompress(body) == encode_write_nominal(first.batches)
+    finally:
+        t.close()

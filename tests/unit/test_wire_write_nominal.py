@@ -100,6 +100,17 @@ def test_encoding_is_deterministic_and_sizes_add_up(req: tuple[list[SeriesBatch]
     assert len(data) == request_overhead_write_nominal(session) + sum(encoded_size_write_nominal(b) for b in batches)
 
 
+@PROPS
+@given(body(), body())
+def test_transient_encoding_is_the_same_bytes_until_the_next_encode(
+    first: tuple[list[SeriesBatch], str | None], second: tuple[list[SeriesBatch], str | None]
+) -> None:
+    # The HTTP target's form: the body in a buffer the thread reuses (with the C extension).
+    view = wn.encode_write_nominal_transient(*first)
+    assert bytes(view) == encode_write_nominal(*first)
+    assert bytes(wn.encode_write_nominal_transient(*second)) == encode_write_nominal(*second)
+
+
 def _copy(values: Any) -> Any:
     if isinstance(values, np.ndarray):
         return values.copy()

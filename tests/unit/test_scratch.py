@@ -1,0 +1,67 @@
+"""The thread's reused buffers and the join into them (beam_nominal/_wire/scratch.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from beam_nominal._wire import scratch
+
+needs_c = pytest.mark.skipif(scratch.join_into is None, reason="built without the C extension")
+
+parts_lists = st.lists(
+    st.one_of(st.binary(max_size=300), st.binary(max_size=300).map(lambda b: np.frombuffer(b, dtype=np.uint8))),
+    max_size=20,
+)
+
+
+def _size(parts: list[object]) -> int:
+    return sum(p.nbytes if isinstance(p, np.ndarray) else len(p) for p in parts)  # type: ignore[arg-type]
+
+
+@given(parts_lists, parts_lists)
+def test_joined_transient_is_the_join_until_the_next_use(first: list[object], second: list[object]) -> None:
+    got = scratch.joined_transient(first, _size(first), "test-join")
+    assert bytes(got) == b"".join(first)  # type: ignore[arg-type]
+    got = scratch.joined_transient(second, _size(second), "test-join")
+    assert bytes(got) == b"".join(second)  # type: ignore[arg-type]
+
+
+@needs_c
+def test_join_into_refuses_what_does_not_fit_and_is_not_a_list() -> None:
+    assert scratch.join_into is not None
+    out = np.zeros(4, dtype=np.uint8)
+    with pytest.raises(ValueError, match="5 bytes do not fit in 4"):
+        scratch.join_into([b"abc", b"de"], out)
+    assert bytes(out) == b"\0\0\0\0"  # nothing written
+    with pytest.raises(TypeError):
+        scratch.join_into((b"a",), out)
+    with pytest.raises(BufferError):
+        scratch.join_into([b"a"], b"read-only")
+    with pytest.raises(TypeError):
+        scratch.join_into([b"a", 3], out)
+    with pytest.raises(AssertionError, match="not 3 bytes"):
+        scratch.joined_transient([b"ab"], 3, "test-join")
+
+
+@needs_c
+def test_each_thread_joins_into_its_own_buffer() -> None:
+    # Two uploader threads encoding at once must not share a body buffer.
+    results: dict[int, bytes] = {}
+    ready = threading.Barrier(2, timeout=10)
+
+    def encode(i: int) -> None:
+        view = scratch.joined_transient([bytes([i]) * 1000], 1000, "test-join")
+        ready.wait()  # both views exist before either is read
+        results[i] = bytes(view)
+
+    threads = [threading.Thread(target=encode, args=(i,)) for i in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert results == {1: b"\x01" * 1000, 2: b"\x02" * 1000}
