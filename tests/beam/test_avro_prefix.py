@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
+import blake3
 import fastavro
 import numpy as np
 import pytest
@@ -205,6 +206,8 @@ def test_a_bundle_failing_mid_write_is_retried_without_partial_or_duplicate_file
     assert [f.name for f in _visible(retried)] == [f.name for f in _visible(clean)]
     for a, b in zip(_visible(retried), _visible(clean), strict=True):
         assert a.read_bytes() == b.read_bytes()
+        # Named by their bytes (the first 128 bits of their BLAKE3 digest), hence the same names.
+        assert a.name == f"nominal-{blake3.blake3(a.read_bytes()).hexdigest()[:32]}.avro"
     assert _read_all(_visible(retried)) == _expected(elements)
 
 
