@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from beam_nominal._wire import reference_row
+from beam_nominal._wire import reference_row, scratch
 from beam_nominal._wire._proto.nominal.write import nominal_write_pb2 as nw
 from beam_nominal._wire._varint import I64, U8, U64, varint_bytes, varint_lengths
 from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
@@ -89,7 +89,7 @@ from beam_nominal._wire.encode import (
     put_timestamps_10,
     timestamp_width,
 )
-from beam_nominal._wire.scratch import joined_transient, thread_scratch
+from beam_nominal._wire.scratch import thread_scratch
 from beam_nominal.model import SeriesKey, ValueType
 
 __all__ = [
@@ -120,6 +120,8 @@ _INTEGER = (ValueType.INT64, ValueType.UINT64)
 _STRINGISH = (ValueType.STRING, ValueType.STRUCT)
 # Point bytes besides the timestamp: the point's tag and length, and a double's tag and 8 bytes.
 _DOUBLE_EXTRA = 2 + 9
+# A double point with a timestamp >= 1970, as _double_points and _fastpath.join_into write it.
+_DOUBLE_STRIDE = TIMESTAMP_BYTES + _DOUBLE_EXTRA
 _NS = 1_000_000_000
 
 
@@ -425,7 +427,8 @@ def encode_write_nominal(batches: Sequence[SeriesBatch], session_name: str | Non
         ValueError, TypeError: as :func:`encode.encode_request` raises them, for the same bad
             batches, naming the batch index and its series.
     """
-    return b"".join(_body_parts(batches, session_name)[0])
+    # A copy of the transient body (so any earlier transient body of this thread is gone).
+    return bytes(encode_write_nominal_transient(batches, session_name))
 
 
 def encode_write_nominal_transient(
@@ -435,13 +438,14 @@ def encode_write_nominal_transient(
     thread's next call: for the HTTP target, which digests and compresses the body at once and
     keeps only the compressed copy (see :func:`scratch.joined_transient`)."""
     parts, size = _body_parts(batches, session_name)
-    return joined_transient(parts, size, "write-nominal-body")
+    return scratch.joined_transient(parts, size, "write-nominal-body")
 
 
 def _body_parts(batches: Sequence[SeriesBatch], session_name: str | None) -> tuple[list[Any], int]:
-    """The body's bytes in order, as bytes and uint8 arrays (some of them views of this thread's
-    point matrices, valid until its next encode), and their total size; see
-    :func:`encode_write_nominal`."""
+    """The body's bytes in order, and their total size: bytes and uint8 arrays (some of them
+    views of this thread's point matrices, valid until its next encode) and, with the C
+    extension, ``(ns, values)`` pairs of series of doubles after 1970, whose points
+    ``_fastpath.join_into`` writes; see :func:`encode_write_nominal`."""
     batches = list(batches)
     nb = len(batches)
     matrices = _Matrices()
@@ -487,8 +491,14 @@ def _body_parts(batches: Sequence[SeriesBatch], session_name: str | None) -> tup
             tsw = TIMESTAMP_BYTES if nonneg else timestamp_width(stamps[i])
             groups.setdefault((kind, tsw), []).append(i)
 
+    compiled = scratch.join_into is not None
     for (kind, tsw), idx in groups.items():
-        if kind == "double":
+        if kind == "double" and tsw == TIMESTAMP_BYTES and compiled:
+            # The join writes these points itself, from each series' columns (_fastpath.c).
+            contiguous = np.ascontiguousarray
+            for i in idx:
+                payloads[i] = (contiguous(stamps[i]), contiguous(doubles[i]))
+        elif kind == "double":
             # A request of doubles only, each series with its own column (the common case), has
             # joined its timestamps already, for their minimum.
             ns = all_ts if len(idx) == nb == len(uniq) else _joined([stamps[i] for i in idx])
@@ -508,7 +518,7 @@ def _body_parts(batches: Sequence[SeriesBatch], session_name: str | None) -> tup
     for i, b in enumerate(batches):
         head = _checked_key_bytes(i, b, _SERIES_KEY_CACHE, _encode_series_key)
         payload = payloads[i]
-        plen = payload.nbytes
+        plen = payload.nbytes if type(payload) is not tuple else _DOUBLE_STRIDE * payload[0].shape[0]
         framing = framings.get((vts[i], plen))
         if framing is None:
             framing = _points_framing(vts[i], plen)

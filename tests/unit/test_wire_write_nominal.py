@@ -13,6 +13,7 @@ import json
 import math
 import struct
 import threading
+import unittest.mock
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_wire_codec import EDGE_BATCHES, EXAMPLES, PROPS, _ld, _ts, _varint, assert_batch_equal, series_batch
 
-from beam_nominal._wire import reference_row
+from beam_nominal._wire import reference_row, scratch
 from beam_nominal._wire import write_nominal as wn
 from beam_nominal._wire._proto.nominal.write import nominal_write_pb2 as nw
 from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
@@ -98,6 +99,19 @@ def test_encoding_is_deterministic_and_sizes_add_up(req: tuple[list[SeriesBatch]
     copies = [SeriesBatch(b.key, b.value_type, b.timestamps.copy(), _copy(b.values)) for b in batches]
     assert encode_write_nominal(copies, session) == data
     assert len(data) == request_overhead_write_nominal(session) + sum(encoded_size_write_nominal(b) for b in batches)
+
+
+@PROPS
+@given(body())
+def test_compiled_and_numpy_encodings_are_the_same_bytes(req: tuple[list[SeriesBatch], str | None]) -> None:
+    # Idempotency keys are digests of these bytes: a bundle retried on a worker without the C
+    # extension must send what the first worker sent.
+    if scratch.join_into is None:
+        pytest.skip("built without the C extension")
+    compiled = encode_write_nominal(*req)
+    with unittest.mock.patch.object(scratch, "join_into", None):
+        assert encode_write_nominal(*req) == compiled
+        assert bytes(wn.encode_write_nominal_transient(*req)) == compiled
 
 
 @PROPS
