@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from beam_nominal._pipeline import blocks
 from beam_nominal.errors import SeriesTypeError
 from beam_nominal.model import SeriesKey, ValueType
 
@@ -59,10 +60,12 @@ class SeriesBuffer:
     def _consolidate(self) -> tuple[I64, Any]:
         if len(self.ts_chunks) == 1:
             return self.ts_chunks[0], self.val_chunks[0]
-        ts = np.concatenate(self.ts_chunks)
+        ts = _joined(self.ts_chunks, self.points, None)
         chunks = self.val_chunks
-        if self.dtype is not None or _same_width_matrices(chunks):
-            vals: Any = np.concatenate(chunks)
+        if self.dtype is not None:
+            vals: Any = _joined(chunks, self.points, self.dtype)
+        elif _same_width_matrices(chunks):
+            vals = _joined(chunks, self.points, chunks[0].dtype, chunks[0].shape[1])
         else:
             vals = [v for chunk in chunks for v in chunk]
         self.ts_chunks = [ts]
@@ -113,6 +116,14 @@ class Buffer:
     def pending(self) -> Iterator[SeriesBuffer]:
         """Series with buffered points, in first-seen order."""
         return (s for s in self.series.values() if s.points)
+
+
+def _joined(chunks: list[Any], rows: int, dtype: Any, width: int = 0) -> Any:
+    """The chunks (1-D columns, or matrices of ``width`` columns) concatenated, in memory from
+    :mod:`blocks` (a request's column, reused once its request is gone)."""
+    dtype = np.dtype(dtype) if dtype is not None else chunks[0].dtype
+    out = blocks.empty(rows * max(width, 1), dtype)
+    return np.concatenate(chunks, out=out.reshape(rows, width) if width else out, casting="same_kind")
 
 
 def _same_width_matrices(chunks: list[Any]) -> bool:

@@ -25,8 +25,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from beam_nominal._pipeline import blocks
 from beam_nominal.errors import SeriesTypeError
 from beam_nominal.model import ValueType
+
+join_into: Callable[[list[Any], Any], int] | None
+try:
+    from beam_nominal._pipeline._fastpath import join_into
+except ImportError:  # built without the C extension
+    join_into = None
 
 __all__ = [
     "FIXED_VALUE_BYTES",
@@ -210,7 +217,12 @@ def double_rows_column(rows: list[Any]) -> Any:
     if rows and all(type(r) is bytes for r in rows) and len(set(map(len, rows))) == 1:
         size = len(rows[0])
         if size:
-            return np.frombuffer(b"".join(rows), dtype=np.float64).reshape(len(rows), size // 8)
+            matrix = blocks.empty(len(rows) * (size // 8), np.float64)
+            if join_into is None:
+                matrix.view(np.uint8)[:] = np.frombuffer(b"".join(rows), dtype=np.uint8)
+            else:
+                join_into(rows, matrix)
+            return matrix.reshape(len(rows), size // 8)
     return [np.frombuffer(r, dtype=np.float64) if type(r) is bytes else r for r in rows]
 
 

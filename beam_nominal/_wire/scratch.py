@@ -5,6 +5,12 @@ encoding itself (measured ~2 us per 4 KiB page on this kind of VM: ~5 ms per 8 M
 encoders take their largest temporaries from their thread's scratch buffers instead. Each buffer
 only grows, up to ``_KEEP_MAX``: one larger is made fresh and not kept, so one huge request does
 not pin its memory in the thread. A buffer is valid until the thread's next use of its name.
+
+A thread's buffers outlive it: when it ends they go to a small process-wide pool, and the next
+thread to ask for scratch takes them from there. A stream's upload threads end with the stream,
+and a new stream's threads would otherwise fault in their buffers again, which glibc had just
+handed back to the kernel with the old ones (fa64 through HTTP, a stream a run: ~40% of the
+client's CPU was the kernel's, zeroing those pages; docs/benchmarks.md, "session 26").
 """
 
 from __future__ import annotations
@@ -45,15 +51,38 @@ class Scratch:
 
 
 _KEEP_MAX = 64 << 20
+#: Most scratches of ended threads kept for new ones (a stream's upload threads, a few streams').
+_POOL_MAX = 8
+_POOL: list[Scratch] = []
 _LOCAL = threading.local()
+
+
+class _Lease:
+    """A thread's hold on one scratch: CPython clears a thread's ``threading.local`` values when
+    the thread ends, and this gives the scratch back to the pool then."""
+
+    __slots__ = ("scratch",)
+
+    def __init__(self) -> None:
+        # list.pop and list.append are atomic under the GIL: no lock, so that __del__, which
+        # may run wherever a reference is dropped, can never wait for one.
+        try:
+            self.scratch = _POOL.pop()
+        except IndexError:
+            self.scratch = Scratch()
+
+    # Bound as defaults: at interpreter exit this may run after the module's globals are gone.
+    def __del__(self, pool: list[Scratch] = _POOL, keep: int = _POOL_MAX) -> None:
+        if len(pool) < keep:
+            pool.append(self.scratch)
 
 
 def thread_scratch() -> Scratch:
     """This thread's scratch buffers, shared by every target the thread sends to."""
-    scratch: Scratch | None = getattr(_LOCAL, "scratch", None)
-    if scratch is None:
-        scratch = _LOCAL.scratch = Scratch()
-    return scratch
+    lease: _Lease | None = getattr(_LOCAL, "lease", None)
+    if lease is None:
+        lease = _LOCAL.lease = _Lease()
+    return lease.scratch
 
 
 def joined_transient(parts: list[Any], size: int, name: str) -> bytes | memoryview:

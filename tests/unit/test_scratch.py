@@ -65,3 +65,21 @@ def test_each_thread_joins_into_its_own_buffer() -> None:
     for t in threads:
         t.join(10)
     assert results == {1: b"\x01" * 1000, 2: b"\x02" * 1000}
+
+
+def test_a_thread_that_ends_leaves_its_buffers_to_the_next() -> None:
+    # A new stream's upload threads take the buffers of the last stream's, instead of faulting
+    # in their own; threads alive at once never share them (test above).
+    mine = scratch.thread_scratch()  # this thread's, taken before the others end
+    got: list[scratch.Scratch] = []
+
+    def use() -> None:
+        got.append(scratch.thread_scratch())
+        scratch.thread_scratch().get("test-pool", 1000)[:] = 7
+
+    for _ in range(3):
+        t = threading.Thread(target=use)
+        t.start()
+        t.join(10)
+    assert got[0] is got[1] is got[2]
+    assert got[0] is not mine
