@@ -60,12 +60,12 @@ class SeriesBuffer:
     def _consolidate(self) -> tuple[I64, Any]:
         if len(self.ts_chunks) == 1:
             return self.ts_chunks[0], self.val_chunks[0]
-        ts = _joined(self.ts_chunks, self.points, None)
+        ts = _joined(self.ts_chunks, self.points)
         chunks = self.val_chunks
         if self.dtype is not None:
-            vals: Any = _joined(chunks, self.points, self.dtype)
+            vals: Any = _joined(chunks, self.points)
         elif _same_width_matrices(chunks):
-            vals = _joined(chunks, self.points, chunks[0].dtype, chunks[0].shape[1])
+            vals = _joined(chunks, self.points, chunks[0].shape[1])
         else:
             vals = [v for chunk in chunks for v in chunk]
         self.ts_chunks = [ts]
@@ -118,12 +118,16 @@ class Buffer:
         return (s for s in self.series.values() if s.points)
 
 
-def _joined(chunks: list[Any], rows: int, dtype: Any, width: int = 0) -> Any:
-    """The chunks (1-D columns, or matrices of ``width`` columns) concatenated, in memory from
-    :mod:`blocks` (a request's column, reused once its request is gone)."""
-    dtype = np.dtype(dtype) if dtype is not None else chunks[0].dtype
-    out = blocks.empty(rows * max(width, 1), dtype)
-    return np.concatenate(chunks, out=out.reshape(rows, width) if width else out, casting="same_kind")
+def _joined(chunks: list[Any], rows: int, width: int = 0) -> Any:
+    """``numpy.concatenate(chunks)`` (1-D columns, or matrices of ``width`` columns, ``rows`` in
+    all); a large one of chunks of one dtype in memory from :mod:`blocks`, reused once its
+    request is gone."""
+    dtype = chunks[0].dtype
+    size = rows * max(width, 1)
+    if size * dtype.itemsize < blocks.MIN_BYTES or any(c.dtype != dtype for c in chunks):
+        return np.concatenate(chunks)
+    out = blocks.empty(size, dtype)
+    return np.concatenate(chunks, out=out.reshape(rows, width) if width else out)
 
 
 def _same_width_matrices(chunks: list[Any]) -> bool:
