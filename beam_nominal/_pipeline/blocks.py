@@ -8,11 +8,13 @@ numpy asks for huge pages for them, so every new one is faulted in and zeroed ag
 through HTTP, the client's CPU a point, medians of 30 runs: ~2,300 ns, ~1,150 of it the kernel's;
 docs/benchmarks.md, "session 26").
 
-:func:`empty` takes such an array's memory from a block of this module's pool. The array is a view
-of its block through a ``memoryview`` (``block.data``), so every view numpy makes of it refers to that array, not
-to the block (numpy collapses a view's base only through arrays that are themselves views of
-arrays): when the last of them is gone, a finalizer puts the block back in the pool. Nothing
-that still sees the memory can see it reused. Small arrays are plain ``numpy.empty``.
+:func:`empty` takes such an array's memory from a block of this module's pool. The array is a
+view of its block through a ``memoryview`` (``block.data``), so every view numpy makes of it
+refers to that array, not to the block (numpy collapses a view's base only through arrays that
+are themselves views of arrays): when the last of them is gone, a weak reference's callback puts
+the block back in the pool. Nothing that still sees the memory can see it reused (what holds
+``array.base`` itself, the memoryview, would: nothing here does). Small arrays are plain
+``numpy.empty``. The pool keeps at most 64 MiB of idle blocks.
 """
 
 from __future__ import annotations
@@ -29,23 +31,53 @@ __all__ = ["MIN_BYTES", "empty"]
 MIN_BYTES = 1 << 20
 #: Blocks are sized in powers of two from MIN_BYTES up to this; a larger array is made fresh.
 _MAX_BLOCK = 1 << 26
-#: Idle blocks kept per size: up to four, and no more than 32 MiB of them (one of 64 MiB), so
-#: the pool holds at most ~190 MiB however a process's requests are sized, ~32 MiB for one stream.
-_IDLE_BYTES = 32 << 20
-_KEEP = 4
 
-# size -> idle blocks. list.pop and list.append are atomic under the GIL: no lock, so that the
-# finalizer, which runs wherever the last view happens to be dropped, never waits for one.
-_IDLE: dict[int, list[npt.NDArray[np.uint8]]] = {}
+U8 = npt.NDArray[np.uint8]
 
 
-def _block_size(nbytes: int) -> int:
-    return 1 << max(nbytes - 1, 1).bit_length()
+class _Pool:
+    """Idle blocks by size, and the block of every array lent out.
+
+    Releases run wherever the last view of an array happens to be dropped, on any thread, so
+    nothing here takes a lock (a release could wait for one its own thread holds): dict and
+    list operations are atomic under the GIL, and ``idle`` has every size from the start, so it
+    never changes size while another thread reads it. The array's weak reference, not
+    ``weakref.finalize``: finalizers run at interpreter exit for arrays still alive (while daemon
+    threads may use them) and share one registry that exit iterates.
+    """
+
+    #: Most bytes of idle blocks kept, all sizes together (a stream's requests of 8 MiB use
+    #: blocks of 16 MiB: four of them), and most idle blocks of one size.
+    IDLE_BYTES = 64 << 20
+    KEEP = 4
+
+    def __init__(self) -> None:
+        sizes = range(MIN_BYTES.bit_length() - 1, _MAX_BLOCK.bit_length())
+        self.idle: dict[int, list[U8]] = {1 << k: [] for k in sizes}
+        #: id of the weak reference to each array lent -> (that reference, its block); by id:
+        #: a reference to an ndarray cannot be hashed.
+        self.lent: dict[int, tuple[weakref.ref[Any], U8]] = {}
+
+    def empty(self, count: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        size = 1 << max(count * dtype.itemsize - 1, 1).bit_length()
+        try:
+            block = self.idle[size].pop()
+        except IndexError:
+            block = np.empty(size, dtype=np.uint8)
+        out = np.frombuffer(block.data, dtype=dtype, count=count)
+        ref = weakref.ref(out, self.release)
+        self.lent[id(ref)] = (ref, block)
+        return out
+
+    def release(self, ref: weakref.ref[Any]) -> None:
+        block = self.lent.pop(id(ref))[1]
+        size = block.shape[0]
+        idle = self.idle[size]
+        if len(idle) < self.KEEP and sum(s * len(b) for s, b in self.idle.items()) + size <= self.IDLE_BYTES:
+            idle.append(block)
 
 
-def _give_back(block: npt.NDArray[np.uint8], idle: list[npt.NDArray[np.uint8]], keep: int) -> None:
-    if len(idle) < keep:
-        idle.append(block)
+_POOL = _Pool()
 
 
 def empty(count: int, dtype: Any = np.uint8) -> npt.NDArray[Any]:
@@ -55,13 +87,4 @@ def empty(count: int, dtype: Any = np.uint8) -> npt.NDArray[Any]:
     nbytes = count * dtype.itemsize
     if nbytes < MIN_BYTES or nbytes > _MAX_BLOCK:
         return np.empty(count, dtype=dtype)
-    size = _block_size(nbytes)
-    idle = _IDLE.setdefault(size, [])
-    try:
-        block = idle.pop()
-    except IndexError:
-        block = np.empty(size, dtype=np.uint8)
-    out = np.frombuffer(block.data, dtype=dtype, count=count)
-    # Not at exit: atexit would give back blocks still in use while daemon threads may run.
-    weakref.finalize(out, _give_back, block, idle, max(1, min(_KEEP, _IDLE_BYTES // size))).atexit = False
-    return out
+    return _POOL.empty(count, dtype)

@@ -10,6 +10,7 @@ Nothing here is thread-safe; the stream serialises access with its lock.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -65,7 +66,7 @@ class SeriesBuffer:
         if self.dtype is not None:
             vals: Any = _joined(chunks, self.points)
         elif _same_width_matrices(chunks):
-            vals = _joined(chunks, self.points, chunks[0].shape[1])
+            vals = _joined(chunks, self.points)
         else:
             vals = [v for chunk in chunks for v in chunk]
         self.ts_chunks = [ts]
@@ -118,16 +119,16 @@ class Buffer:
         return (s for s in self.series.values() if s.points)
 
 
-def _joined(chunks: list[Any], rows: int, width: int = 0) -> Any:
-    """``numpy.concatenate(chunks)`` (1-D columns, or matrices of ``width`` columns, ``rows`` in
-    all); a large one of chunks of one dtype in memory from :mod:`blocks`, reused once its
-    request is gone."""
-    dtype = chunks[0].dtype
-    size = rows * max(width, 1)
-    if size * dtype.itemsize < blocks.MIN_BYTES or any(c.dtype != dtype for c in chunks):
+def _joined(chunks: list[Any], rows: int) -> Any:
+    """``numpy.concatenate(chunks)`` (1-D columns, or matrices of one width, ``rows`` in all); a
+    large one of chunks of one dtype in memory from :mod:`blocks`, reused once its request is
+    gone."""
+    first = chunks[0]
+    shape = (rows, *first.shape[1:])
+    size = math.prod(shape)
+    if size * first.dtype.itemsize < blocks.MIN_BYTES or any(c.dtype != first.dtype for c in chunks):
         return np.concatenate(chunks)
-    out = blocks.empty(size, dtype)
-    return np.concatenate(chunks, out=out.reshape(rows, width) if width else out)
+    return np.concatenate(chunks, out=blocks.empty(size, first.dtype).reshape(shape))
 
 
 def _same_width_matrices(chunks: list[Any]) -> bool:

@@ -4,7 +4,8 @@ Request-sized arrays that are fresh each time cost more in first-touch page faul
 encoding itself (measured ~2 us per 4 KiB page on this kind of VM: ~5 ms per 8 MiB request), so
 encoders take their largest temporaries from their thread's scratch buffers instead. Each buffer
 only grows, up to ``_KEEP_MAX``: one larger is made fresh and not kept, so one huge request does
-not pin its memory in the thread. A buffer is valid until the thread's next use of its name.
+not pin its memory in the thread. A buffer is valid until the thread's next use of its name, and
+no longer than the thread itself (see below): use it on the thread that got it, before it ends.
 
 A thread's buffers outlive it: when it ends they go to a small process-wide pool, and the next
 thread to ask for scratch takes them from there. A stream's upload threads end with the stream,
@@ -39,6 +40,9 @@ class Scratch:
     def __init__(self) -> None:
         self._bufs: dict[str, U8] = {}
 
+    def nbytes(self) -> int:
+        return sum(b.shape[0] for b in self._bufs.values())
+
     def get(self, name: str, size: int) -> U8:
         buf = self._bufs.get(name)
         if buf is None or buf.shape[0] < size:
@@ -51,8 +55,10 @@ class Scratch:
 
 
 _KEEP_MAX = 64 << 20
-#: Most scratches of ended threads kept for new ones (a stream's upload threads, a few streams').
-_POOL_MAX = 8
+#: Most scratches of ended threads kept for new ones (a stream's upload threads), and most bytes
+#: of them (a thread's buffers for 8 MiB requests take ~30 MiB).
+_POOL_MAX = 4
+_POOL_BYTES = 128 << 20
 _POOL: list[Scratch] = []
 _LOCAL = threading.local()
 
@@ -72,8 +78,8 @@ class _Lease:
             self.scratch = Scratch()
 
     # Bound as defaults: at interpreter exit this may run after the module's globals are gone.
-    def __del__(self, pool: list[Scratch] = _POOL, keep: int = _POOL_MAX) -> None:
-        if len(pool) < keep:
+    def __del__(self, pool: list[Scratch] = _POOL, keep: int = _POOL_MAX, most: int = _POOL_BYTES) -> None:
+        if len(pool) < keep and sum(s.nbytes() for s in pool) + self.scratch.nbytes() <= most:
             pool.append(self.scratch)
 
 
@@ -87,7 +93,7 @@ def thread_scratch() -> Scratch:
 
 def joined_transient(parts: list[Any], size: int, name: str) -> bytes | memoryview:
     """``b"".join(parts)`` (``size`` bytes in all), written into this thread's scratch buffer
-    ``name``: valid until the thread's next use of that name, so for a body that is digested and
+    ``name``: valid until the thread's next use of that name or its end, so for a body that is digested and
     compressed at once.
 
     The bytes object a join makes is as large as the request and fresh each time (glibc hands

@@ -435,7 +435,7 @@ def encode_write_nominal_transient(
     batches: Sequence[SeriesBatch], session_name: str | None = None
 ) -> bytes | memoryview:
     """:func:`encode_write_nominal`'s bytes in this thread's scratch buffer, valid until the
-    thread's next call: for the HTTP target, which digests and compresses the body at once and
+    thread's next call or its end: for the HTTP target, which digests and compresses the body at once and
     keeps only the compressed copy (see :func:`scratch.joined_transient`)."""
     parts, size = _body_parts(batches, session_name)
     return scratch.joined_transient(parts, size, "write-nominal-body")

@@ -228,7 +228,7 @@ def block_parts(batches: Iterable[SeriesBatch], integers: str, codec: str, sync:
 
     Returns:
         The block as buffers to write in order (they live in this thread's scratch buffers, valid
-        until the thread's next block; empty when no batch has points) and its number of points.
+        until the thread's next block or its end; empty when no batch has points) and its number of points.
 
     Raises:
         TargetError: permanent; a value Avro cannot hold (see the module docs).

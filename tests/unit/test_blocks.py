@@ -24,13 +24,13 @@ def _address(a: np.ndarray) -> int:
 
 @pytest.fixture(autouse=True)
 def _empty_pool(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(blocks, "_IDLE", {})
+    monkeypatch.setattr(blocks, "_POOL", blocks._Pool())
 
 
 def test_small_arrays_are_plain_numpy() -> None:
     a = blocks.empty(100, np.int64)
     assert a.dtype == np.int64 and a.shape == (100,) and a.flags.owndata
-    assert blocks._IDLE == {}
+    assert not blocks._POOL.lent
 
 
 def test_memory_is_reused_only_after_the_last_view_is_gone() -> None:
@@ -57,8 +57,9 @@ def test_idle_blocks_are_bounded() -> None:
     many = [blocks.empty(LARGE, np.float64) for _ in range(10)]
     del many
     gc.collect()
-    (size, idle), = blocks._IDLE.items()
-    assert size == 2 * blocks.MIN_BYTES and len(idle) == blocks._KEEP
+    kept = {size: len(idle) for size, idle in blocks._POOL.idle.items() if idle}
+    assert kept == {2 * blocks.MIN_BYTES: blocks._Pool.KEEP}
+    assert not blocks._POOL.lent
     huge = blocks.empty(blocks._MAX_BLOCK // 8 + 1, np.float64)
     assert huge.flags.owndata  # over the largest block: made fresh, never kept
 
@@ -84,7 +85,7 @@ def test_threads_never_share_a_block() -> None:
     for t in threads:
         t.join(60)
     assert not errors
-    assert len(set(seen)) <= 4 + blocks._KEEP  # reused, not made afresh each time
+    assert len(set(seen)) <= 4 + blocks._Pool.KEEP  # reused, not made afresh each time
 
 
 @settings(max_examples=30, deadline=None)
@@ -121,3 +122,15 @@ def test_double_rows_column_packs_rows_into_one_matrix(monkeypatch: pytest.Monke
     matrix = values.double_rows_column(packed)
     assert matrix.shape == (3000, 64) and not matrix.flags.owndata
     assert matrix.tobytes() == np.array(rows, dtype=np.float64).tobytes()
+
+
+def test_matrices_of_no_columns_join_too() -> None:
+    # Rows of empty double arrays: (n, 0) chunks, with timestamps large enough to be pooled.
+    buf = SeriesBuffer(SeriesKey.of("c"), ValueType.DOUBLE_ARRAY)
+    n = LARGE
+    for c in range(2):
+        buf.ts_chunks.append(np.arange(c * n, (c + 1) * n, dtype=np.int64))
+        buf.val_chunks.append(np.empty((n, 0)))
+        buf.points += n
+    ts, vals, _ = buf.take(2 * n)
+    assert np.array_equal(ts, np.arange(2 * n)) and vals.shape == (2 * n, 0)

@@ -83,3 +83,18 @@ def test_a_thread_that_ends_leaves_its_buffers_to_the_next() -> None:
         t.join(10)
     assert got[0] is got[1] is got[2]
     assert got[0] is not mine
+
+
+def test_a_thread_that_held_much_memory_does_not_leave_it_behind() -> None:
+    big: list[scratch.Scratch] = []
+
+    def use() -> None:
+        s = scratch.thread_scratch()
+        for name in ("a", "b", "c"):
+            s.get(name, 50 << 20)  # 150 MiB (numpy.empty: no page is touched)
+        big.append(s)
+
+    t = threading.Thread(target=use)
+    t.start()
+    t.join(10)
+    assert big and all(s is not big[0] for s in scratch._POOL)
