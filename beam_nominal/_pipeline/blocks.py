@@ -8,17 +8,18 @@ numpy asks for huge pages for them, so every new one is faulted in and zeroed ag
 through HTTP, the client's CPU a point, medians of 30 runs: ~2,300 ns, ~1,150 of it the kernel's;
 docs/benchmarks.md, "session 26").
 
-:func:`empty` takes such an array's memory from a block of this module's pool. The array is a
-view of its block through a ``memoryview`` (``block.data``), so every view numpy makes of it
-refers to that array, not to the block (numpy collapses a view's base only through arrays that
-are themselves views of arrays): when the last of them is gone, a weak reference's callback puts
-the block back in the pool. Nothing that still sees the memory can see it reused (what holds
-``array.base`` itself, the memoryview, would: nothing here does). Small arrays are plain
+:func:`empty` takes such an array's memory from a block of this module's pool, an anonymous
+memory mapping. The array is made over the mapping (``numpy.frombuffer``), so every view numpy
+makes of it refers to that array, not to the mapping (numpy collapses a view's base only through
+arrays that are themselves views of arrays): when the last of them is gone, a weak reference's
+callback puts the block back in the pool. Nothing that still sees the memory can see it reused
+(what holds ``array.base`` itself, the mapping, would: nothing here does). Small arrays are plain
 ``numpy.empty``. The pool keeps at most 64 MiB of idle blocks.
 """
 
 from __future__ import annotations
 
+import mmap
 import weakref
 from typing import Any
 
@@ -32,7 +33,6 @@ MIN_BYTES = 1 << 20
 #: Blocks are sized in powers of two from MIN_BYTES up to this; a larger array is made fresh.
 _MAX_BLOCK = 1 << 26
 
-U8 = npt.NDArray[np.uint8]
 
 
 class _Pool:
@@ -53,25 +53,28 @@ class _Pool:
 
     def __init__(self) -> None:
         sizes = range(MIN_BYTES.bit_length() - 1, _MAX_BLOCK.bit_length())
-        self.idle: dict[int, list[U8]] = {1 << k: [] for k in sizes}
+        self.idle: dict[int, list[mmap.mmap]] = {1 << k: [] for k in sizes}
         #: id of the weak reference to each array lent -> (that reference, its block); by id:
         #: a reference to an ndarray cannot be hashed.
-        self.lent: dict[int, tuple[weakref.ref[Any], U8]] = {}
+        self.lent: dict[int, tuple[weakref.ref[Any], mmap.mmap]] = {}
 
     def empty(self, count: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
         size = 1 << max(count * dtype.itemsize - 1, 1).bit_length()
         try:
             block = self.idle[size].pop()
         except IndexError:
-            block = np.empty(size, dtype=np.uint8)
-        out = np.frombuffer(block.data, dtype=dtype, count=count)
+            # An anonymous mapping of its own, not numpy's allocation: numpy asks for huge pages
+            # for 4 MiB and more, which would make a block that is partly written resident in
+            # whole 2 MiB pages; a block dropped from the pool is unmapped at once.
+            block = mmap.mmap(-1, size)
+        out = np.frombuffer(block, dtype=dtype, count=count)
         ref = weakref.ref(out, self.release)
         self.lent[id(ref)] = (ref, block)
         return out
 
     def release(self, ref: weakref.ref[Any]) -> None:
         block = self.lent.pop(id(ref))[1]
-        size = block.shape[0]
+        size = len(block)
         idle = self.idle[size]
         if len(idle) < self.KEEP and sum(s * len(b) for s, b in self.idle.items()) + size <= self.IDLE_BYTES:
             idle.append(block)
