@@ -47,7 +47,8 @@ class _Pool:
     """
 
     #: Most bytes of idle blocks kept, all sizes together (a stream's requests of 8 MiB use
-    #: blocks of 16 MiB: four of them), and most idle blocks of one size.
+    #: blocks of 16 MiB: four of them), and most idle blocks of one size. Without a lock the
+    #: bound can be passed by a block when two threads give one back at the same moment.
     IDLE_BYTES = 64 << 20
     KEEP = 4
 

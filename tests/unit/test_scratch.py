@@ -85,16 +85,35 @@ def test_a_thread_that_ends_leaves_its_buffers_to_the_next() -> None:
     assert got[0] is not mine
 
 
-def test_a_thread_that_held_much_memory_does_not_leave_it_behind() -> None:
-    big: list[scratch.Scratch] = []
+@pytest.fixture
+def empty_pool() -> object:
+    # The pool's list in place: _Lease.__del__ holds it as a default, so a new list would not be seen.
+    saved = scratch._POOL[:]
+    scratch._POOL.clear()
+    yield scratch._POOL
+    scratch._POOL[:] = saved
+
+
+def _ended_thread_scratch(each: int) -> scratch.Scratch:
+    """The scratch of a thread that took three buffers of ``each`` bytes, once it has ended."""
+    got: list[scratch.Scratch] = []
 
     def use() -> None:
         s = scratch.thread_scratch()
         for name in ("a", "b", "c"):
-            s.get(name, 50 << 20)  # 150 MiB (numpy.empty: no page is touched)
-        big.append(s)
+            s.get(name, each)  # numpy.empty: no page is touched
+        got.append(s)
 
     t = threading.Thread(target=use)
     t.start()
     t.join(10)
-    assert big and all(s is not big[0] for s in scratch._POOL)
+    assert got
+    return got[0]
+
+
+def test_a_thread_that_held_much_memory_does_not_leave_it_behind(empty_pool: list[scratch.Scratch]) -> None:
+    small = _ended_thread_scratch(1 << 20)
+    assert empty_pool == [small]  # an empty pool keeps an ended thread's scratch...
+    big = _ended_thread_scratch(50 << 20)
+    assert big is small  # (the next thread took it from the pool and grew it to ~190 MiB)
+    assert empty_pool == []  # ...but not one over _POOL_BYTES
