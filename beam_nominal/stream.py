@@ -101,11 +101,6 @@ class DeliveryReport:
         return self.failed_points == 0
 
 
-# Python 3.11's EnumType has a __getattr__, so ValueType.DOUBLE costs ~90 ns a lookup: once a
-# call on the column path.
-_DOUBLE = ValueType.DOUBLE
-
-
 class _Core:
     """All state of a stream. Holds no reference to the facade, so the facade can be collected
     (and its finaliser drain this) while worker threads still hold the core."""
@@ -272,13 +267,16 @@ class _Core:
             add(*chunk)
         return self.cut_due()
 
-    def put_double_column(self, key: SeriesKey, ts: Any, values: Any) -> Sequence[Request]:
+    def put_double_column(self, key: SeriesKey, ts: Any, values: Any) -> Sequence[Request] | None:
         """Lock held: :meth:`put_columns` of one column the compiled ``enqueue_batch`` checked
-        (``_fastpath.c``: a known untagged double series, int64 ns without -2**63, float64
-        values, both copies), as ``PointBatch.series_chunks`` would have returned it. Called once
-        per call of 100-point columns: no chunk or list is made for it."""
+        (``_fastpath.c``: a known untagged double series, 1-D int64 ns and float64 values of one
+        length, the caller's arrays), copied onto the series' open column (``buffer.py``). None,
+        and nothing buffered, if a timestamp is -2**63: the compiled method then leaves the call
+        to the Python one, which says so. Called once per call of 100-point columns: no chunk
+        or list is made for it."""
         self.move_staged()
-        self.buffer.add(key, _DOUBLE, ts, values, double_bytes(len(ts)))
+        if not self.buffer.put_double_column(key, ts, values, double_bytes(len(ts))):
+            return None
         return self.cut_due()
 
     def cut_due(self) -> Sequence[Request]:

@@ -342,7 +342,7 @@ typedef struct {
 } FastWrites;
 
 static PyObject *str_gate, *str_first_buffered_at, *str_nbytes, *str_counted, *str_fast_arrays, *str_fast_string_arrays,
-    *str_enqueue_string_array, *str_fast_columns, *str_put_double_column, *str_copy, *str_enqueue_batch, *str_settled, *str_submit, *str_enqueue, *str_enqueue_float_array;
+    *str_enqueue_string_array, *str_fast_columns, *str_put_double_column, *str_enqueue_batch, *str_settled, *str_submit, *str_enqueue, *str_enqueue_float_array;
 
 /* The four arguments of a write (channel, timestamp, value or values, tags=None), given by
  * position or keyword, into args4 (borrowed); 0, or -1 with a TypeError for a bad call, worded
@@ -498,7 +498,7 @@ locked_write(FastWrites *self, PyObject *map_key, PyObject *channel, const Write
     if (w->column) {
         PyObject *args[] = {core, found, w->ts, w->value};
         requests = PyObject_VectorcallMethod(str_put_double_column, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        rc = requests == NULL ? -1 : 1;
+        rc = requests == NULL ? -1 : requests == Py_None ? 0 : 1;
         goto unlock;
     }
     flat = PyDict_GetItemWithError(batch, str_flat);
@@ -706,25 +706,6 @@ column_length(FastWrites *self, PyObject *obj, int doubles)
     return n;
 }
 
-/* 1 if the C-contiguous int64 array holds -2**63 (no timestamp: model.holds_int64_min), 0 if
- * not, -1 on error. A pass in C, holding the GIL (see holds_int64_min on why that matters). */
-static int
-holds_int64_min(PyObject *array)
-{
-    Py_buffer view;
-    if (PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS) < 0) {
-        return -1;
-    }
-    const long long *t = (const long long *)view.buf;
-    Py_ssize_t n = view.len / 8;
-    int found = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        found |= t[i] == LLONG_MIN;
-    }
-    PyBuffer_Release(&view);
-    return found;
-}
-
 static PyObject *
 FastWrites_enqueue_batch(FastWrites *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -736,19 +717,10 @@ FastWrites_enqueue_batch(FastWrites *self, PyObject *const *args, Py_ssize_t nar
     int rc = 0;
     if (self->core != NULL && a[3] == Py_None && plain_channel(a[0]) &&
         (n = column_length(self, a[1], 0)) > 0 && column_length(self, a[2], 1) == n) {
-        /* Copies (callers may reuse their arrays), made before the lock is taken. */
-        PyObject *ts = PyObject_CallMethodNoArgs(a[1], str_copy);
-        PyObject *values = ts == NULL ? NULL : PyObject_CallMethodNoArgs(a[2], str_copy);
-        int bad = values == NULL ? -1 : holds_int64_min(ts);
-        if (bad == 0) {
-            Write w = {ts, values, 0, 0, 1};
-            rc = locked_write(self, str_fast_columns, a[0], &w);
-        }
-        Py_XDECREF(ts);
-        Py_XDECREF(values);
-        if (bad < 0) {
-            return NULL;
-        }
+        /* put_double_column copies the arrays into the series' column (copy_column) and checks
+         * the copy; it returns None, and nothing changed, if a timestamp is -2**63. */
+        Write w = {a[1], a[2], 0, 0, 1};
+        rc = locked_write(self, str_fast_columns, a[0], &w);
     }
     return taken_or_python(self, rc, str_enqueue_batch, a);
 }
@@ -1125,9 +1097,76 @@ done:
     return result;
 }
 
+/* copy_column(ts_out, values_out, at, ts, values): the 1-D columns ts and values (8-byte
+ * items, one length n, any strides) copied into ts_out[at:at + n] and values_out[at:at + n]
+ * (C-contiguous, writable, 8-byte items). True, or False if a copied timestamp is -2**63 (no
+ * timestamp: model.holds_int64_min), which the caller then does not count. The copy is checked
+ * rather than the source: another thread may change a caller's array between a check and a copy.
+ * Holds the GIL: columns are put under the stream's lock, and the copy is a memcpy's work. */
+static PyObject *
+copy_column(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "copy_column takes ts_out, values_out, at, ts, values");
+        return NULL;
+    }
+    Py_ssize_t at = PyLong_AsSsize_t(args[2]);
+    if (at < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "copy_column: at must not be negative");
+        }
+        return NULL;
+    }
+    Py_buffer v[4];
+    int got = 0, found = 0;
+    PyObject *result = NULL;
+    for (; got < 4; got++) {
+        int flags = got < 2 ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_STRIDES;
+        PyObject *obj = got < 2 ? args[got] : args[got + 1];
+        if (PyObject_GetBuffer(obj, &v[got], flags) < 0) {
+            goto done;
+        }
+        if (v[got].itemsize != 8 || v[got].ndim != 1) {
+            got++;
+            PyErr_SetString(PyExc_TypeError, "copy_column: columns are 1-D, of 8-byte items");
+            goto done;
+        }
+    }
+    Py_ssize_t n = v[2].shape[0];
+    if (v[3].shape[0] != n || v[0].shape[0] - at < n || v[1].shape[0] - at < n) {
+        PyErr_SetString(PyExc_ValueError, "copy_column: the columns differ in length or do not fit");
+        goto done;
+    }
+    long long *t = (long long *)v[0].buf + at;
+    double *x = (double *)v[1].buf + at;
+    const char *ts = (const char *)v[2].buf, *vs = (const char *)v[3].buf;
+    Py_ssize_t ts_step = v[2].strides[0], vs_step = v[3].strides[0];
+    if (ts_step == 8 && vs_step == 8) {
+        memcpy(t, ts, (size_t)n * 8);
+        memcpy(x, vs, (size_t)n * 8);
+    }
+    else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            memcpy(&t[i], ts + i * ts_step, 8);
+            memcpy(&x[i], vs + i * vs_step, 8);
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        found |= t[i] == LLONG_MIN;
+    }
+    result = PyBool_FromLong(!found);
+done:
+    for (int i = 0; i < got; i++) {
+        PyBuffer_Release(&v[i]);
+    }
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"flat_columns", (PyCFunction)flat_columns, METH_O,
      "flat_columns(flat, /)\n--\n\n(codes, timestamps, values) of a flat list of single points, or None."},
+    {"copy_column", (PyCFunction)(void (*)(void))copy_column, METH_FASTCALL,
+     "copy_column(ts_out, values_out, at, ts, values, /)\n--\n\nts and values copied into ts_out and values_out at index at; False if a timestamp is -2**63."},
     {"join_into", (PyCFunction)(void (*)(void))join_into, METH_FASTCALL,
      "join_into(parts, out, /)\n--\n\nb''.join(parts) written into the writable buffer out, (ns, values) parts as double points; returns its length."},
     {NULL, NULL, 0, NULL},
@@ -1165,7 +1204,6 @@ PyInit__fastpath(void)
     INTERN(str_fast_string_arrays, "fast_string_arrays");
     INTERN(str_fast_columns, "fast_columns");
     INTERN(str_put_double_column, "put_double_column");
-    INTERN(str_copy, "copy");
     INTERN(str_enqueue_batch, "_enqueue_batch");
     INTERN(str_enqueue_string_array, "_enqueue_string_array");
     INTERN(str_settled, "settled");
