@@ -103,7 +103,11 @@ class SeriesBuffer:
         assert copy_column is not None, "put only by the compiled enqueue_batch"
         rows = len(ts)
         if rows >= OWN_CHUNK_ROWS:
-            own = blocks.empty(rows, np.int64), blocks.empty(rows, self.dtype)
+            # numpy's memory, as a copy of the caller's arrays was before the open column: a
+            # block would go back to the pool when the request is done, and the pool keeps up
+            # to 64 MiB of them idle, where memory freed by numpy goes back to the allocator
+            # (the stalled-server memory bound, tests/integration/test_bounded_resources.py).
+            own = np.empty(rows, np.int64), np.empty(rows, self.dtype)
             if not copy_column(own[0], own[1], 0, ts, values):
                 return False
             self._close_column()
