@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+import operator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -17,8 +20,9 @@ class SeriesBatch:
 
     ``values`` by type: DOUBLE/INT64/UINT64 a 1-D ndarray of float64/int64/uint64; STRING and
     STRUCT (JSON text) a list of str; DOUBLE_ARRAY a list of 1-D float64 ndarrays, or one
-    (rows, width) float64 matrix when all rows share a width; STRING_ARRAY a list of sequences of
-    str. ``len(values) == len(timestamps)`` always.
+    (rows, width) float64 matrix when all rows share a width; STRING_ARRAY a sequence of sequences
+    of str (a list, or the row decoder's :class:`StringRows`). ``len(values) == len(timestamps)``
+    always.
     """
 
     key: SeriesKey
@@ -52,3 +56,71 @@ class DecodedRequest:
     dataset_rid: str
     source_name: str | None
     batches: list[SeriesBatch]
+
+
+class StringRows(Sequence[list[str]]):
+    """STRING_ARRAY values as the row decoder gives them: three columns, not a str per string.
+
+    ``data`` holds the UTF-8 bytes of every string back to back (checked to be valid), string k
+    is ``data[offsets[k]:offsets[k + 1]]``, and row j of this view holds strings
+    ``rows[lo + j]`` to ``rows[lo + j + 1]``. A row is made (a list of str) only when read; the
+    local server hands the columns to Arrow as they are, so a request of a million short strings
+    costs no Python object per string. A slice is a view sharing the columns (``lo``, ``hi``
+    into the same ``rows``), so the series of one decoded region stay contiguous views of it.
+    """
+
+    __slots__ = ("data", "hi", "lo", "offsets", "rows")
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, data: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64], rows: npt.NDArray[np.int64],
+                 lo: int = 0, hi: int | None = None) -> None:
+        self.data = data
+        self.offsets = offsets
+        self.rows = rows
+        self.lo = lo
+        self.hi = rows.shape[0] - 1 if hi is None else hi
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    @overload
+    def __getitem__(self, index: int) -> list[str]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[list[str]]: ...
+
+    def __getitem__(self, index: int | slice) -> list[str] | Sequence[list[str]]:
+        n = self.hi - self.lo
+        if isinstance(index, slice):
+            start, stop, step = index.indices(n)
+            if step != 1:
+                return [self[k] for k in range(start, stop, step)]
+            return StringRows(self.data, self.offsets, self.rows, self.lo + start, self.lo + max(start, stop))
+        k = operator.index(index)
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError("StringRows index out of range")
+        return self._strings(self.lo + k, self.lo + k + 1)[0]
+
+    def __iter__(self) -> Iterator[list[str]]:
+        return iter(self._strings(self.lo, self.hi))
+
+    def _strings(self, lo: int, hi: int) -> list[list[str]]:
+        """Rows ``lo`` to ``hi`` (of ``rows``) as lists of str, decoded in one pass."""
+        first, last = int(self.rows[lo]), int(self.rows[hi])
+        offsets = self.offsets[first : last + 1]
+        base = int(offsets[0]) if offsets.shape[0] else 0
+        text = self.data[base : int(offsets[-1]) if offsets.shape[0] else 0].tobytes()
+        bounds = (offsets - base).tolist()
+        strings = [text[a:b].decode("utf-8") for a, b in itertools.pairwise(bounds)]
+        ends = (self.rows[lo : hi + 1] - first).tolist()
+        return [strings[a:b] for a, b in itertools.pairwise(ends)]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StringRows | list | tuple):
+            return list(self) == [list(r) for r in other]
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"StringRows({list(self)!r})" if len(self) <= 8 else f"StringRows(<{len(self)} rows>)"

@@ -37,7 +37,6 @@ body decodes to the same values, and broken bytes raise ``DecodeError`` as upb d
 from __future__ import annotations
 
 import codecs
-import collections
 import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
@@ -48,7 +47,7 @@ import numpy.typing as npt
 from beam_nominal._wire import reference_row, scratch
 from beam_nominal._wire._proto.nominal.write import nominal_write_pb2 as nw
 from beam_nominal._wire._varint import I64, U8, U64, varint_bytes, varint_lengths
-from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
+from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch, StringRows
 from beam_nominal._wire.decode import (
     _decode_fixed_19,
     _Fallback,
@@ -1166,18 +1165,17 @@ def _strings(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tu
     return ns, values.tolist(), points.counts
 
 
-def _string_array_rows(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tuple[I64, list[Any], I64]:
-    """(timestamps, rows as lists of str, points per region) of ``StringArrayPoints`` bytes whose
-    points and strings are all shorter than 16384 bytes, in any varint encoding: ``0a L [0a T
-    <timestamp>] (12 len <UTF-8>)*``. The bytes after every timestamp are cut out with one mask;
-    in them the chain of entries is found as points are (:func:`_point_chain`), and each point's
-    share checked to start on an entry (:func:`_region_counts`); the strings are then made by
-    :func:`_split_rows`, or upb.
+def _string_array_rows(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tuple[I64, Any, I64]:
+    """(timestamps, rows, points per region) of ``StringArrayPoints`` bytes whose points and
+    strings are all shorter than 16384 bytes, in any varint encoding: ``0a L [0a T <timestamp>]
+    (12 len <UTF-8>)*``. The bytes after every timestamp are cut out with one mask; in them the
+    chain of entries is found as points are (:func:`_point_chain`), and each point's share
+    checked to start on an entry (:func:`_region_counts`); the rows are then columns
+    (:func:`_string_columns`), not a str per string.
 
     Raises:
-        _Fallback: anything else (longer points, unknown or reordered fields, ...), as for
-            :func:`_doubles`.
-        DecodeError: a string that is not valid UTF-8, as upb raises it.
+        _Fallback: anything else (longer points, unknown or reordered fields, a string that is
+            not valid UTF-8, ...), as for :func:`_doubles`: upb then reads it, or raises.
     """
     if stop == start:
         return np.empty(0, dtype=np.int64), [], _region_counts(np.empty(0, dtype=np.int64), bounds, 0)
@@ -1187,34 +1185,26 @@ def _string_array_rows(buf: bytes, start: int, stop: int, bounds: I64 | None = N
     total = fields.shape[0]
     if total == 0:
         return ns, [[] for _ in range(n)], points.counts
-    cand, nxt, lengths = _entry_candidates(fields)
+    cand, nxt = _entry_candidates(fields)
     chain = _point_chain(fields, cand, nxt, 0x12)
     if chain is None:
         raise _Fallback
     row_bounds = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(rest, out=row_bounds[1:])
     counts = _region_counts(chain, row_bounds, total)
-    if lengths is not None and chain.shape[0] == cand.shape[0]:
-        # Every candidate is in the chain: no string holds a 12 byte, and every header is two
-        # bytes, as the separators of _split_rows need.
-        rows = _split_rows(fields, chain, lengths, counts)
-        if rows is not None:
-            return ns, rows, points.counts
-    flat = list(nw.StringArrayPoint.FromString(fields.tobytes()).value)
-    ends = [0, *itertools.accumulate(counts.tolist())]
-    return ns, [flat[a:b] for a, b in itertools.pairwise(ends)], points.counts
+    return ns, _string_columns(fields, chain, counts), points.counts
 
 
-def _entry_candidates(fields: U8) -> tuple[I64, I64, U8 | None]:
-    """Offsets of ``fields`` that likely start an entry ``12 len`` (len a varint of 1 or 2 bytes),
-    where each would end, and the length bytes where every one is a single byte (else None)."""
+def _entry_candidates(fields: U8) -> tuple[I64, I64]:
+    """Offsets of ``fields`` that likely start an entry ``12 len`` (len a varint of 1 or 2
+    bytes), and where each would end."""
     total = fields.shape[0]
     cand = np.flatnonzero(fields == 0x12)
     if cand.shape[0] and cand[-1] == total - 1:
         cand = cand[:-1]  # no room for a length
     first = fields[cand + 1]
     if int(first.max(initial=0)) < 0x80:
-        return cand, cand + 2 + first, first
+        return cand, cand + 2 + first
     wide = first >= 0x80
     keep = ~wide | (cand + 2 < total)
     cand, first, wide = cand[keep], first[keep].astype(np.int64), wide[keep]
@@ -1222,52 +1212,41 @@ def _entry_candidates(fields: U8) -> tuple[I64, I64, U8 | None]:
     keep = ~wide | (second < 0x80)
     cand, first, second, wide = cand[keep], first[keep], second[keep], wide[keep]
     nxt = np.where(wide, cand + 3 + ((first & 0x7F) | second << 7), cand + 2 + first)
-    return cand, nxt, None
+    return cand, nxt
 
 
-def _split_rows(fields: U8, chain: I64, lengths: U8, counts: I64) -> list[Any] | None:
-    """The strings of entries ``12 len <UTF-8>`` (every header two bytes, at offsets ``chain``,
-    lengths ``lengths``), ``counts`` of them per row, as lists of str; None, ``fields``
-    untouched, where a string holds a byte 00 or 01.
+def _string_columns(fields: U8, chain: I64, counts: I64) -> StringRows:
+    """The strings of entries ``12 len <UTF-8>`` that tile ``fields`` (headers of 2 or 3 bytes at
+    offsets ``chain``), ``counts`` of them per row, as :class:`StringRows` columns.
 
-    The headers are overwritten with separators, ``01 01`` before a row's first string and ``00
-    00`` before the others, the whole is decoded as UTF-8 once (which checks every string: a
-    separator is ASCII, so no character spans two strings) and split twice, in C: rows, then
-    strings. Made so, each list and its strings are new together, in cache, where slicing one
-    list of every string would touch each string again after all are made.
+    The headers are overwritten with NUL and the whole is decoded as UTF-8 once, which checks
+    every string (a NUL is ASCII, so no character can span two strings); the string bytes are
+    the rest, cut out with one mask.
 
     Raises:
         _Fallback: a string that is not valid UTF-8 (upb then raises its DecodeError).
     """
-    if np.count_nonzero(fields <= 1) != np.count_nonzero(lengths <= 1):
-        return None
-    nonempty = np.flatnonzero(counts)
-    firsts = chain[np.cumsum(counts)[nonempty] - counts[nonempty]]
-    fields[chain] = 0
-    fields[chain + 1] = 0
-    fields[firsts] = 1
-    fields[firsts + 1] = 1
+    second = fields[chain + 1]
+    wide = chain[second >= 0x80]
+    lengths = second.astype(np.int64)
+    if wide.shape[0]:
+        at = np.flatnonzero(second >= 0x80)
+        lengths[at] = (lengths[at] & 0x7F) | fields[wide + 2].astype(np.int64) << 7
+    # Scatters and np.compress, not boolean indexing: its per-byte branches cost 3-4x as much
+    # on masks of short strings (a request of 32-string rows: 12 ms against 3).
+    string = np.ones(fields.shape[0], dtype=np.bool_)
+    for at in (chain, chain + 1, wide + 2):
+        fields[at] = 0
+        string[at] = False
     try:
-        text = codecs.utf_8_decode(fields.data, "strict", True)[0]
+        codecs.utf_8_decode(fields.data, "strict", True)
     except UnicodeDecodeError:
         raise _Fallback from None
-    parts = text.split("\1\1")
-    del parts[0]  # before the first separator
-    # The lists are made empty, then filled: the collector, run by list allocations, then
-    # traverses empty lists, not 32 strings each (~0.8 us a row of 32 measured); the lists that
-    # split makes are freed at once, so they do not count towards a collection.
-    # Rows that repeat (a label list sent with every sample) share their strings: each distinct
-    # row is split once, its repeats are copies of that list.
-    distinct = dict.fromkeys(parts)
-    if len(distinct) < len(parts):
-        split = dict(zip(distinct, map(str.split, distinct, itertools.repeat("\0\0")), strict=True))
-        strings = map(split.__getitem__, parts)
-    else:
-        strings = map(str.split, parts, itertools.repeat("\0\0"))
-    rows: list[Any] = [[] for _ in range(counts.shape[0])]
-    filled = rows if nonempty.shape[0] == counts.shape[0] else [rows[k] for k in nonempty.tolist()]
-    collections.deque(map(list.extend, filled, strings), maxlen=0)
-    return rows
+    offsets = np.zeros(chain.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    rows = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=rows[1:])
+    return StringRows(np.compress(string, fields), offsets, rows)
 
 
 def _canonical_double_rows(buf: bytes, start: int, stop: int, bounds: I64 | None) -> tuple[I64, list[Any], I64]:

@@ -35,7 +35,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from beam_nominal._wire.batch import SeriesBatch
+from beam_nominal._wire.batch import SeriesBatch, StringRows
 from beam_nominal.model import SeriesKey, ValueType
 
 _MANIFEST_KEY = "beam_nominal.manifest"
@@ -127,6 +127,8 @@ def _value_array(vt: ValueType, batches: Sequence[SeriesBatch]) -> pa.Array:
         return pa.array(column, type=_ARROW_TYPES[vt])
     if vt in (ValueType.STRING, ValueType.STRUCT):
         return pa.array(list(itertools.chain.from_iterable(values)), type=pa.string())
+    if vt is ValueType.STRING_ARRAY and values and all(isinstance(v, StringRows) for v in values):
+        return _string_rows_array(values)
     rows: list[Any] = list(itertools.chain.from_iterable(values))
     offsets = np.zeros(len(rows) + 1, dtype=np.int32)
     np.cumsum(np.fromiter(map(len, rows), dtype=np.int32, count=len(rows)), out=offsets[1:])
@@ -137,6 +139,43 @@ def _value_array(vt: ValueType, batches: Sequence[SeriesBatch]) -> pa.Array:
     else:
         flat = pa.array(list(itertools.chain.from_iterable(rows)), type=pa.string())
     return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), flat)
+
+
+def _string_rows_array(parts: list[StringRows]) -> pa.Array:
+    """One ``list<string>`` array of decoded string rows, from their columns: no str is made.
+
+    The series of one decoded region are contiguous views of the same columns, so they are
+    taken as one run each; the runs' columns are joined with their offsets rebased.
+    """
+    runs: list[list[Any]] = []  # [data, offsets, rows, lo, hi]
+    for p in parts:
+        last = runs[-1] if runs else None
+        if last is not None and last[2] is p.rows and last[4] == p.lo:
+            last[4] = p.hi
+        else:
+            runs.append([p.data, p.offsets, p.rows, p.lo, p.hi])
+    list_offsets: list[npt.NDArray[np.int64]] = []
+    string_offsets: list[npt.NDArray[np.int64]] = []
+    data: list[npt.NDArray[np.uint8]] = []
+    strings = nbytes = 0
+    for run_data, offsets, rows, lo, hi in runs:
+        first, last_row = int(rows[lo]), int(rows[hi])
+        o = offsets[first : last_row + 1]
+        list_offsets.append(rows[lo:hi] - first + strings)
+        string_offsets.append(o[:-1] - o[0] + nbytes)
+        data.append(run_data[int(o[0]) : int(o[-1])])
+        strings += last_row - first
+        nbytes += int(o[-1] - o[0])
+    if nbytes >= 2**31:
+        raise ValueError(f"string array values of {nbytes} bytes in one request: over Arrow's 2 GiB of a string column")
+    list_offsets.append(np.array([strings], dtype=np.int64))
+    string_offsets.append(np.array([nbytes], dtype=np.int64))
+    flat = pa.StringArray.from_buffers(
+        strings,
+        pa.py_buffer(np.concatenate(string_offsets).astype(np.int32)),
+        pa.py_buffer(np.concatenate(data) if len(data) > 1 else data[0]),
+    )
+    return pa.ListArray.from_arrays(pa.array(np.concatenate(list_offsets).astype(np.int32), type=pa.int32()), flat)
 
 
 def points_digest(batches: Sequence[SeriesBatch]) -> str:

@@ -463,6 +463,22 @@ def test_idempotency_key_stores_once(server: LocalServer) -> None:
     assert server.store.series_info(rid, "d", CASES[0][1]).count == 8
 
 
+def test_string_arrays_of_many_series_stored_exactly_and_once(server: LocalServer) -> None:
+    """String arrays take the decoder's columns (no str per string) when they can and upb's lists
+    when not (a string past 16 KiB), in one request; a retry under the same key compares their
+    points with the stored ones and stores nothing."""
+    rid = "ri.test.http.string-arrays"
+    rows = [["a", "", "ü"], [], ["\0", "\x12", "y" * 200], ["é" * 70]]
+    cases = [(f"sa{k}", {"k": str(k)}, ValueType.STRING_ARRAY, rows[k:] + rows[:k]) for k in range(4)]
+    cases.append(("long", {}, ValueType.STRING_ARRAY, [["z" * 20_000], ["b"], [], ["c", "d"]]))
+    body = compress(row_body(cases), "zstd")
+    for _ in range(2):
+        reply = post(server.http_port, row_path(rid), body, {"Content-Encoding": "zstd", "Idempotency-Key": "sa-1"})
+        assert reply.status == 200, reply.body
+    assert_stored(server.store, rid, cases)
+    assert sum(s.count for s in server.store.list_series(rid)) == 4 * len(cases)
+
+
 def test_concurrent_requests_all_stored(server: LocalServer) -> None:
     rid = "ri.test.http.concurrent"
     n = 16

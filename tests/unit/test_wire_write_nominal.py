@@ -28,7 +28,7 @@ from test_wire_codec import EDGE_BATCHES, EXAMPLES, PROPS, _ld, _ts, _varint, as
 from beam_nominal._wire import reference_row, scratch
 from beam_nominal._wire import write_nominal as wn
 from beam_nominal._wire._proto.nominal.write import nominal_write_pb2 as nw
-from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
+from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch, StringRows
 from beam_nominal._wire.encode import TIMESTAMP_BYTES, encode_request
 from beam_nominal._wire.write_nominal import (
     decode_write_nominal,
@@ -913,10 +913,10 @@ def test_string_array_bodies_decode_like_upb(series: list[tuple[list[list[str]],
 def test_short_string_arrays_decode_without_upb(no_fallback: None) -> None:
     rng = np.random.default_rng(5)
     # (Text holding many 12 bytes, the entries' key, is left to upb: tested above.)
-    words = np.array(["OK", "", "FAULT-12", "héllo", "a\nb", "z" * 100, "\0", "\1"])
+    words = np.array(["OK", "", "FAULT-12", "héllo", "a\nb", "z" * 100, "\0", "\1", "y" * 200, "é" * 70])
     n = 3000
     rows = [words[rng.integers(0, len(words), k % 40)].tolist() for k in range(n)]
-    same = [["s1", "s2"]] * 500  # repeated rows share their strings, each still its own list
+    same = [["s1", "s2"]] * 500  # repeated rows: each read is a list of its own
     batches = [
         SeriesBatch(SeriesKey.of("w", {"rig": "a"}), V.STRING_ARRAY, np.arange(T, T + n, dtype=np.int64), rows),
         SeriesBatch(SeriesKey.of("s"), V.STRING_ARRAY, np.arange(500, dtype=np.int64) * 10**9 + 7, same),
@@ -925,6 +925,8 @@ def test_short_string_arrays_decode_without_upb(no_fallback: None) -> None:
     for data in (encode_write_nominal(batches), reference_row.encode(batches)):
         got = decode_write_nominal(data, RID)
         assert_body_equal(batches, got, None)
+        # Columns, not a str per string (what the local server hands to Arrow).
+        assert [type(b.values) for b in got.batches] == [StringRows] * 3
         s = got.batches[1].values
         assert s[0] is not s[1]
         s[0].append("x")
