@@ -118,8 +118,11 @@ class StringRows(Sequence[list[str]]):
         return [strings[a:b] for a, b in itertools.pairwise(ends)]
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, StringRows | list | tuple):
-            return list(self) == [list(r) for r in other]
+        # As the list of its rows compares: equal to a list of equal lists, or to StringRows.
+        if isinstance(other, StringRows):
+            other = list(other)
+        if isinstance(other, list):
+            return list(self) == other
         return NotImplemented
 
     def __repr__(self) -> str:

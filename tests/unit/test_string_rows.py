@@ -47,6 +47,10 @@ def test_string_rows_behave_as_the_list_of_rows(rows: list[list[str]], a: int, b
     assert len(sr) == len(rows)
     assert list(sr) == rows
     assert sr == rows and sr == columns(rows) and sr != [*rows, ["x"]]
+    if rows:
+        # As a list of lists compares: rows as tuples, strings or None are not equal rows.
+        assert sr != [tuple(r) for r in rows] and sr != tuple(rows)
+        assert sr != [None] * len(rows) and sr != ["".join(r) for r in rows]
     assert list(sr[a:b]) == rows[a:b]
     assert list(sr[a:b][1:]) == rows[a:b][1:]  # a view of a view
     assert list(sr[::2]) == rows[::2]
