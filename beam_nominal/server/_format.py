@@ -127,8 +127,19 @@ def _value_array(vt: ValueType, batches: Sequence[SeriesBatch]) -> pa.Array:
         return pa.array(column, type=_ARROW_TYPES[vt])
     if vt in (ValueType.STRING, ValueType.STRUCT):
         return pa.array(list(itertools.chain.from_iterable(values)), type=pa.string())
-    if vt is ValueType.STRING_ARRAY and values and all(isinstance(v, StringRows) for v in values):
-        return _string_rows_array(values)
+    if vt is ValueType.STRING_ARRAY:
+        # The row decoder's columns as they are, upb's lists (a series it left to upb) as lists;
+        # runs of each kind in request order, joined.
+        pieces = [
+            _string_rows_array(list(run)) if columns else _rows_array(vt, list(run))
+            for columns, run in itertools.groupby(values, key=lambda v: isinstance(v, StringRows))
+        ]
+        return pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces or [_rows_array(vt, [])])
+    return _rows_array(vt, values)
+
+
+def _rows_array(vt: ValueType, values: Sequence[Any]) -> pa.Array:
+    """A ``list<double>`` or ``list<string>`` array of parts that are sequences of rows."""
     rows: list[Any] = list(itertools.chain.from_iterable(values))
     offsets = np.zeros(len(rows) + 1, dtype=np.int32)
     np.cumsum(np.fromiter(map(len, rows), dtype=np.int32, count=len(rows)), out=offsets[1:])
