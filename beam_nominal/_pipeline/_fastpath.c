@@ -35,18 +35,48 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <limits.h>
+#include <string.h>
 
 /* Bytes of one WriteRequestNominal double point as join_into writes it (write_nominal.py's
  * _DOUBLE_STRIDE). */
 #define DOUBLE_POINT_BYTES 25
 
+/* What an element's class makes it, for process (see FastProcess.known). */
+enum { KIND_OTHER, KIND_POINT, KIND_ROW };
+
+/* Entries of FastProcess's channel cache (a power of two), and the bytes of a name it hashes. */
+#define CHANNEL_CACHE 256
+#define CHANNEL_HASHED 64
+
+/* A channel of the bound fast map and its series code, both held. */
+typedef struct {
+    PyObject *name; /* an exact str of one byte per character */
+    PyObject *code;
+} CachedChannel;
+
 typedef struct {
     PyObject_HEAD
-    PyObject *batch;    /* the __dict__ of the PointBatch the points go to (see _bind_fast) */
+    /* The batch's fast map and flat list, as _bind_fast last read them: the batch rebinds them
+     * (a settle, the fast paths closed while rows are pending, a new bundle) and then calls its
+     * on_rebind, which binds again. Held here, not looked up in the batch per point: two dict
+     * lookups were a sixth of a Row point's instructions. */
+    PyObject *fast;     /* dict: channel -> series code */
+    PyObject *flat;     /* list: (code, int ns, float) triples */
     PyObject *points;   /* set: NamedTuple classes whose instances are points as they are */
     PyObject *rows;     /* set: beam.Row classes (their fields are their __dict__) */
-    PyObject *ts_field; /* str: the timestamp field of dicts and Rows */
-    Py_ssize_t limit;   /* len(batch.flat) at which the batch is handed over */
+    PyObject *ts_field; /* str, interned: the timestamp field of dicts and Rows */
+    /* The class last found in points or rows, and which (KIND_POINT, KIND_ROW): elements of a
+     * pipeline are of one class, whose two set lookups cost ~100 instructions a point. The sets
+     * only grow while bound (_bind_fast forgets it). */
+    PyObject *known;
+    int known_kind;
+    Py_ssize_t limit;   /* len(flat) at which the batch is handed over */
+    /* Channels of the bound fast map by their characters: a point's channel is most often a
+     * new str (decoded, or formatted per element), whose hash and dict lookup cost ~340
+     * instructions where this costs ~60. Valid while fast is bound: the batch only adds to its
+     * fast map, never changes or removes a channel's code (staging.PointBatch._register), and
+     * _bind_fast empties it. */
+    CachedChannel cache[CHANNEL_CACHE];
 } FastProcess;
 
 static PyObject *str_channel, *str_value, *str_fast, *str_flat, *str_slow, *str_handover;
@@ -105,41 +135,107 @@ field(PyObject *fields, PyObject *name)
     return v;
 }
 
+/* The three fields of a point mapping of three entries whose keys are the very name objects
+ * (borrowed, into *c, *t, *v): 1 if so, 0 if not (nothing set; the caller looks them up by
+ * equality). One walk over the entries, where three lookups cost ~450 instructions a point:
+ * a beam.Row's keys are its keyword names and a dict literal's its constants, interned as the
+ * names here are. Runs no Python code. */
+static int
+fields_by_identity(PyObject *fields, PyObject *ts_field, PyObject **c, PyObject **t, PyObject **v)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key, *item, *found[3] = {NULL, NULL, NULL};
+    while (PyDict_Next(fields, &pos, &key, &item)) {
+        int at = key == str_channel ? 0 : key == ts_field ? 1 : key == str_value ? 2 : -1;
+        if (at < 0) {
+            return 0;
+        }
+        found[at] = item;
+    }
+    if (found[0] == NULL || found[1] == NULL || found[2] == NULL) {
+        return 0;
+    }
+    *c = found[0];
+    *t = found[1];
+    *v = found[2];
+    return 1;
+}
+
+/* The cache entry of a channel (an exact str of one byte per character), else NULL. */
+static CachedChannel *
+cache_entry(FastProcess *self, PyObject *channel)
+{
+    if (!PyUnicode_CheckExact(channel) || PyUnicode_READY(channel) < 0 || PyUnicode_KIND(channel) != PyUnicode_1BYTE_KIND) {
+        PyErr_Clear(); /* only PyUnicode_READY of a legacy str can fail: the dict takes it */
+        return NULL;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(channel);
+    const unsigned char *p = PyUnicode_1BYTE_DATA(channel);
+    /* FNV-1a of the length and the first bytes: names differ early, and a collision only
+     * costs a dict lookup. */
+    unsigned int h = 2166136261u ^ (unsigned int)n;
+    for (Py_ssize_t i = 0; i < n && i < CHANNEL_HASHED; i++) {
+        h = (h ^ p[i]) * 16777619u;
+    }
+    return &self->cache[(h ^ (h >> 16)) & (CHANNEL_CACHE - 1)];
+}
+
+/* The code the entry holds for channel (borrowed), or NULL if it holds another channel. */
+static PyObject *
+cached_code(const CachedChannel *entry, PyObject *channel)
+{
+    PyObject *name = entry->name;
+    if (name == channel) {
+        return entry->code;
+    }
+    if (name == NULL || PyUnicode_GET_LENGTH(name) != PyUnicode_GET_LENGTH(channel) ||
+        memcmp(PyUnicode_1BYTE_DATA(name), PyUnicode_1BYTE_DATA(channel), PyUnicode_GET_LENGTH(name)) != 0) {
+        return NULL;
+    }
+    return entry->code;
+}
+
+static void
+clear_cache(FastProcess *self)
+{
+    for (int i = 0; i < CHANNEL_CACHE; i++) {
+        Py_CLEAR(self->cache[i].name);
+        Py_CLEAR(self->cache[i].code);
+    }
+}
+
 /* Append the point if it is a fast one: 1 appended, 0 not a fast point, -1 error. Takes
  * borrowed references (the caller holds the element, and through it the three). */
 static int
 append_fast(FastProcess *self, PyObject *channel, PyObject *ts, PyObject *value)
 {
-    if (!PyFloat_CheckExact(value) || !int_ns(ts)) {
+    if (!PyFloat_CheckExact(value) || !int_ns(ts) || self->fast == NULL || !PyDict_Check(self->fast) ||
+        !PyList_CheckExact(self->flat)) {
         return 0;
     }
-    /* One batch for the whole point, held: the channel lookup below may run Python code
-     * (a str subclass's __hash__ or __eq__), which may rebind the DoFn to another batch. As in
-     * add_fast (a method of one batch), the code is appended to the flat list of the batch
-     * whose fast map gave it, and that batch's namespace outlives the lookup. */
-    PyObject *batch = Py_NewRef(self->batch);
-    PyObject *fast = PyDict_GetItemWithError(batch, str_fast);
-    if (fast == NULL || !PyDict_Check(fast)) {
-        Py_DECREF(batch);
-        return PyErr_Occurred() ? -1 : 0;
+    CachedChannel *entry = cache_entry(self, channel);
+    PyObject *code = entry == NULL ? NULL : cached_code(entry, channel);
+    if (code != NULL) {
+        /* No Python code runs here: the list is the one bound. */
+        PyObject *flat = self->flat;
+        if (PyList_Append(flat, code) < 0 || PyList_Append(flat, ts) < 0 || PyList_Append(flat, value) < 0) {
+            return -1;
+        }
+        return PyList_GET_SIZE(flat) >= self->limit ? 2 : 1;
     }
-    Py_INCREF(fast); /* the lookup below may run Python code, which may replace batch.fast */
-    PyObject *code = PyDict_GetItemWithError(fast, channel); /* hashing may run Python code */
+    /* Both held for the lookup: hashing the channel may run Python code (a str subclass's
+     * __hash__ or __eq__), which may rebind the DoFn or make its batch rebind them, and so free
+     * them. */
+    PyObject *fast = Py_NewRef(self->fast), *flat = Py_NewRef(self->flat);
+    code = PyDict_GetItemWithError(fast, channel);
     Py_XINCREF(code);
-    Py_DECREF(fast);
-    if (code == NULL) {
-        Py_DECREF(batch);
-        return PyErr_Occurred() ? (not_this_shape() ? 0 : -1) : 0;
-    }
-    PyObject *flat = PyDict_GetItemWithError(batch, str_flat);
-    Py_XINCREF(flat); /* before the batch is let go: the batch may hold the only reference */
-    Py_DECREF(batch);
-    if (flat == NULL) {
-        Py_DECREF(code);
-        return PyErr_Occurred() ? -1 : 0;
-    }
     int rc = 0;
-    if (!PyList_CheckExact(flat)) {
+    if (code == NULL) {
+        rc = PyErr_Occurred() ? (not_this_shape() ? 0 : -1) : 0;
+    }
+    else if (fast != self->fast || flat != self->flat) {
+        /* Rebound meanwhile: the code may be no series of the list now bound, and the list held
+         * may have been settled. Nothing appended: the checked path reads the element afresh. */
         rc = 0;
     }
     else if (PyList_Append(flat, code) < 0 || PyList_Append(flat, ts) < 0 || PyList_Append(flat, value) < 0) {
@@ -147,9 +243,15 @@ append_fast(FastProcess *self, PyObject *channel, PyObject *ts, PyObject *value)
     }
     else {
         rc = PyList_GET_SIZE(flat) >= self->limit ? 2 : 1;
+        if (entry != NULL) {
+            /* Py_XSETREF: a str or int let go runs no Python code. */
+            Py_XSETREF(entry->name, Py_NewRef(channel));
+            Py_XSETREF(entry->code, Py_NewRef(code));
+        }
     }
+    Py_XDECREF(code);
     Py_DECREF(flat);
-    Py_DECREF(code);
+    Py_DECREF(fast);
     return rc;
 }
 
@@ -158,12 +260,35 @@ FastProcess_process(FastProcess *self, PyObject *element)
 {
     PyTypeObject *cls = Py_TYPE(element);
     PyObject *channel = NULL, *ts = NULL, *value = NULL, *fields = NULL;
-    int rc = 0, found = 0;
+    int rc = 0, found = 0, kind = KIND_OTHER;
 
-    if (self->batch == NULL) {
+    if (self->fast == NULL) {
         goto slow;
     }
-    if (cls == &PyTuple_Type || (found = in_set(self->points, cls)) == 1) {
+    if (cls == &PyTuple_Type) {
+        kind = KIND_POINT;
+    }
+    else if ((PyObject *)cls == self->known) {
+        kind = self->known_kind;
+    }
+    else if (cls != &PyDict_Type) {
+        if ((found = in_set(self->points, cls)) == 0) {
+            found = in_set(self->rows, cls);
+            kind = found == 1 ? KIND_ROW : KIND_OTHER;
+        }
+        else {
+            kind = found == 1 ? KIND_POINT : KIND_OTHER;
+        }
+        if (found < 0) {
+            goto class_lookup_failed;
+        }
+        if (kind != KIND_OTHER) {
+            /* Py_XSETREF: the class held before may be freed only once replaced. */
+            Py_XSETREF(self->known, Py_NewRef((PyObject *)cls));
+            self->known_kind = kind;
+        }
+    }
+    if (kind == KIND_POINT) {
         if (PyTuple_GET_SIZE(element) != 3) {
             goto slow;
         }
@@ -174,14 +299,11 @@ FastProcess_process(FastProcess *self, PyObject *element)
         Py_INCREF(ts);
         Py_INCREF(value);
     }
-    else if (found < 0) {
-        goto class_lookup_failed;
-    }
     else {
         if (cls == &PyDict_Type) {
             fields = Py_NewRef(element);
         }
-        else if ((found = in_set(self->rows, cls)) == 1) {
+        else if (kind == KIND_ROW) {
             /* vars(row): its fields, in place. Read as object.__dict__ reads it: a Row class has
              * no __dict__ of its own, and the type's lookup of the descriptor cost ~150
              * instructions a point. */
@@ -193,9 +315,6 @@ FastProcess_process(FastProcess *self, PyObject *element)
                 return NULL;
             }
         }
-        else if (found < 0) {
-            goto class_lookup_failed;
-        }
         else {
             goto slow;
         }
@@ -206,9 +325,16 @@ FastProcess_process(FastProcess *self, PyObject *element)
         /* New references: looking one up may run Python code that changes the mapping (or
          * rebinds the DoFn: the timestamp field's name is held for its own lookup). */
         PyObject *ts_field = Py_NewRef(self->ts_field);
-        channel = field(fields, str_channel);
-        ts = channel ? field(fields, ts_field) : NULL;
-        value = ts ? field(fields, str_value) : NULL;
+        if (fields_by_identity(fields, ts_field, &channel, &ts, &value)) {
+            Py_INCREF(channel);
+            Py_INCREF(ts);
+            Py_INCREF(value);
+        }
+        else {
+            channel = field(fields, str_channel);
+            ts = channel ? field(fields, ts_field) : NULL;
+            value = ts ? field(fields, str_value) : NULL;
+        }
         Py_DECREF(ts_field);
         Py_DECREF(fields);
         if (value == NULL) {
@@ -260,19 +386,25 @@ FastProcess_bind_fast(FastProcess *self, PyObject *args)
                           &limit)) {
         return NULL;
     }
-    /* The batch's attributes are read from its __dict__, the namespace its own assignments
-     * (self.flat = [] ...) write to: a third of the instructions of a getattr each. */
-    batch = PyObject_GenericGetDict(batch, NULL);
-    if (batch == NULL) {
+    PyObject *fast = PyObject_GetAttr(batch, str_fast);
+    PyObject *flat = fast == NULL ? NULL : PyObject_GetAttr(batch, str_flat);
+    if (flat == NULL) {
+        Py_XDECREF(fast);
         return NULL;
     }
     Py_INCREF(points);
     Py_INCREF(rows);
+    /* Interned, so that fields_by_identity finds it: a name unpickled on a worker is a new str. */
     Py_INCREF(ts_field);
-    Py_XSETREF(self->batch, batch);
+    PyUnicode_InternInPlace(&ts_field);
+    Py_XSETREF(self->fast, fast);
+    Py_XSETREF(self->flat, flat);
     Py_XSETREF(self->points, points);
     Py_XSETREF(self->rows, rows);
     Py_XSETREF(self->ts_field, ts_field);
+    Py_CLEAR(self->known); /* it was found in the sets replaced */
+    clear_cache(self);     /* its codes are the map's replaced */
+    self->known_kind = KIND_OTHER;
     self->limit = limit;
     Py_RETURN_NONE;
 }
@@ -280,20 +412,25 @@ FastProcess_bind_fast(FastProcess *self, PyObject *args)
 static int
 FastProcess_traverse(FastProcess *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->batch);
+    Py_VISIT(self->fast);
+    Py_VISIT(self->flat);
     Py_VISIT(self->points);
     Py_VISIT(self->rows);
     Py_VISIT(self->ts_field);
+    Py_VISIT(self->known);
     return 0;
 }
 
 static int
 FastProcess_clear(FastProcess *self)
 {
-    Py_CLEAR(self->batch);
+    Py_CLEAR(self->fast);
+    Py_CLEAR(self->flat);
     Py_CLEAR(self->points);
     Py_CLEAR(self->rows);
     Py_CLEAR(self->ts_field);
+    Py_CLEAR(self->known);
+    clear_cache(self);
     return 0;
 }
 

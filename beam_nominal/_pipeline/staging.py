@@ -212,6 +212,9 @@ class PointBatch:
         self._rows = False
         #: Records appended to blocks so far (their rows' sequence numbers).
         self._seq = 0
+        #: Called with no arguments whenever ``fast`` or ``flat`` is rebound (kept by clear()):
+        #: the compiled ``WriteDoFn.process`` holds the two rather than look them up per point.
+        self.on_rebind: Callable[[], None] | None = None
 
     # -- size --------------------------------------------------------------------------------------
 
@@ -592,10 +595,12 @@ class PointBatch:
         Checked series names are kept (up to ``_KEYS_KEPT``): checking them is a pure function,
         and a one-element bundle of a wide record would otherwise check a hundred names.
         """
-        keys = self._keys
+        keys, on_rebind = self._keys, self.on_rebind
         self.__init__(dict(self._base) or None)  # type: ignore[misc]
         if len(keys) <= _KEYS_KEPT:
             self._keys = keys
+        self.on_rebind = on_rebind
+        self._rebound()
 
     # -- taking -----------------------------------------------------------------------------------
 
@@ -727,6 +732,11 @@ class PointBatch:
             self.fast_string_arrays = self._all_fast_string_arrays
         else:
             self.fast = self.fast_arrays = self.fast_string_arrays = _NO_FAST
+        self._rebound()
+
+    def _rebound(self) -> None:
+        if self.on_rebind is not None:
+            self.on_rebind()
 
     def _settle(self) -> None:
         """Move single points and rows into their series' chunks (at most one of the two is
@@ -738,6 +748,7 @@ class PointBatch:
 
     def _settle_flat(self) -> None:
         flat, self.flat = self.flat, []
+        self._rebound()
         n = len(flat) // 3
         columns = None if flat_columns is None else flat_columns(flat)
         if columns is not None:

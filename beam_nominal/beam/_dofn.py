@@ -328,7 +328,9 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
         self._stream.enqueue_chunks(self._batch.take())
 
     def _rebind(self) -> None:
-        """Tell the compiled ``process`` what it reads (the Python one reads the attributes)."""
+        """Tell the compiled ``process`` what it reads (the Python one reads the attributes), now
+        and whenever the batch rebinds its fast map or flat list."""
+        self._batch.on_rebind = self._rebind
         self._bind_fast(self._batch, self._points, self._rows, self._timestamp_field, self._flat_limit)
 
     def _reader(self, element: Any) -> Reader:

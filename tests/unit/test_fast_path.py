@@ -231,23 +231,53 @@ def test_a_channel_whose_hash_raises_another_error_fails_the_bundle(dofn: WriteD
         dofn.process(SHAPES[shape](Broken("c"), B, 0.5))
 
 
-def test_a_channel_whose_hash_rebinds_the_dofn_goes_to_the_batch_that_knew_it(dofn: WriteDoFn) -> None:
-    # As add_fast (a method of one batch): the series code goes to the flat list of the batch
-    # whose fast map gave it, never to another batch that has no such series.
+def test_a_channel_whose_hash_rebinds_the_dofn_never_appends_a_code_to_another_batch(dofn: WriteDoFn) -> None:
+    # As add_fast (a method of one batch): a series code goes only to the flat list of the batch
+    # whose fast map gave it. The compiled process holds the map and list it was bound to; when
+    # the lookup rebinds them it appends nothing and hands the element to the checked path.
     dofn._batch.add_tagged("c", B - 1, 0.25, None)
     old = dofn._batch
+    slow: list[Any] = []
+    dofn._slow = lambda element: slow.append(element) or ()  # type: ignore[method-assign]
 
     class Rebinding(str):
         def __hash__(self) -> int:
-            dofn._batch = PointBatch()
-            dofn._rebind()
+            if dofn._batch is old:
+                dofn._batch = PointBatch()
+                dofn._rebind()
             return str.__hash__(self)
 
         __eq__ = str.__eq__
 
-    assert list(dofn.process((Rebinding("c"), B, 0.5))) == []
-    assert old.flat[3:] == [old.fast["c"], B, 0.5]
+    element = (Rebinding("c"), B, 0.5)
+    assert list(dofn.process(element)) == []
     assert dofn._batch.flat == []
+    if not isinstance(dofn, PythonWriteDoFn):
+        assert (old.flat[3:], slow) == ([], [element])
+    else:
+        assert (old.flat[3:], slow) == ([old.fast["c"], B, 0.5], [])
+
+
+def test_the_compiled_process_follows_the_batch_rebinding_its_list_and_map(dofn: WriteDoFn) -> None:
+    # The compiled process holds the batch's fast map and flat list; every rebinding (a settle,
+    # the fast paths closed by a wide record and opened again, a new bundle's clear) must reach
+    # it, or points would go to a list nobody reads.
+    batch = dofn._batch
+    batch.add_tagged("c", B - 1, 0.25, None)
+    assert list(dofn.process(("c", B, 0.5))) == []
+    batch.take()  # a settle: flat rebound
+    assert list(dofn.process(("c", B + 1, 0.75))) == []
+    assert batch.flat == [batch.fast["c"], B + 1, 0.75]
+    batch.add_record(B + 2, {"c": 1.5})  # rows pending: the fast map closed
+    assert list(dofn.process(("c", B + 3, 2.5))) == []
+    batch.add_tagged("c", B + 4, 3.5, None)
+    assert list(dofn.process(("c", B + 5, 4.5))) == []  # the rows settled: open again
+    chunks = batch.take()
+    assert [float(v) for c in chunks for v in c.values] == [0.75, 1.5, 2.5, 3.5, 4.5]
+    batch.clear()
+    batch.add_tagged("d", B, 0.25, None)
+    assert list(dofn.process(("d", B + 1, 0.5))) == []
+    assert batch.flat[3:] == [batch.fast["d"], B + 1, 0.5]
 
 
 def test_a_class_lookup_that_rebinds_the_dofn_does_not_read_a_freed_set() -> None:
@@ -330,3 +360,22 @@ def test_an_element_whose_class_cannot_be_hashed_is_handled_as_by_its_reader(
             dofn.process(Odd())
     else:
         assert [f.error for f in dofn.process(Odd())] == ["TypeError"]
+
+
+def test_every_point_goes_to_its_own_series_whatever_the_channel_cache_holds(dofn: WriteDoFn) -> None:
+    # The compiled process caches channels by their characters. More channels than it holds
+    # (so entries collide), names alike in their first 64 characters (which it hashes),
+    # non-ASCII names of one byte and of two a character, each point's channel a new str as
+    # decoded data gives; and two bundles numbering the series in opposite orders, so a code
+    # kept from the first would put points in the wrong series.
+    names = [f"ch{i}" for i in range(300)] + ["température", "温度", "x" * 80 + "a", "x" * 80 + "b"]
+    for order in (names, names[::-1]):
+        batch = dofn._batch
+        batch.clear()  # a new bundle's batch: the series numbered afresh
+        for name in order:
+            batch.add_tagged(name, B, -1.0, None)
+        for i in range(3):
+            for j, name in enumerate(order):
+                assert list(dofn.process(("".join(list(name)), B + 1 + i, float(j)))) == []
+        got = {c.key.channel: [float(v) for v in c.values] for c in batch.take()}
+        assert got == {name: [-1.0, float(j), float(j), float(j)] for j, name in enumerate(order)}
