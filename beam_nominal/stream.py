@@ -141,11 +141,11 @@ class _Core:
         #: ``full or not accepting``: the one flag the hot paths test before their slow checks.
         self.gate = False
         self.max_bytes = batch.max_request_bytes
-        #: Single points staged before they move into the buffer (three flat items each), at
-        #: most a request's worth; other writes move once they hold a request's worth of bytes
+        #: Single points staged (``staged.singles``) before they move into the buffer, at most a
+        #: request's worth; other writes move once they hold a request's worth of bytes
         #: (``staged.nbytes``): moving wide rows sooner would cut each record into thousands of
         #: one-row chunks, later would hide bytes from the budget.
-        self.settle_flat = 3 * max(1, min(_SETTLE_POINTS, batch.max_request_bytes // 24))
+        self.settle_singles = max(1, min(_SETTLE_POINTS, batch.max_request_bytes // 24))
         self.max_points = batch.max_request_points
         self.budget = upload.max_buffered_bytes
         self.seq = 0
@@ -221,7 +221,7 @@ class _Core:
     def move_staged(self) -> None:
         """Lock held: move what the PointBatch holds into the buffer."""
         staged = self.staged
-        if staged.flat or staged.counted:
+        if staged.points:
             add = self.buffer.add
             for chunk in staged.take():
                 # Types already agree: the batch checks against its own series, the buffer's.
@@ -783,7 +783,7 @@ class NominalStream(_WritesBase):
             # 5,052 (callgrind, the scalar shape of bench_stream, before the compiled enqueue
             # took it), and the tagged points that still come here gain as much. Change both
             # together, and FastWrites' locked_write (_fastpath.c), which makes these steps.
-            if len(staged.flat) < c.settle_flat and staged.nbytes < c.max_bytes:
+            if staged.singles < c.settle_singles and staged.nbytes < c.max_bytes:
                 return
             reqs = c.settled()
         finally:
@@ -881,7 +881,7 @@ class NominalStream(_WritesBase):
             staged = c.staged
             if columns is not None:
                 reqs = c.put_columns(columns)
-            elif len(staged.flat) < c.settle_flat and staged.nbytes < c.max_bytes and staged.counted < c.max_points:
+            elif staged.singles < c.settle_singles and staged.nbytes < c.max_bytes and staged.counted < c.max_points:
                 return
             else:
                 reqs = c.settled()

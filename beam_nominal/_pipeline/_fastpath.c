@@ -1,7 +1,7 @@
-/* PointBatch's compiled paths: WriteDoFn.process (FastProcess), NominalStream's enqueue,
- * enqueue_float_array, enqueue_string_array and enqueue_batch (FastWrites), and the flat list's
- * split into columns (flat_columns); and one for the wire: the HTTP row body's join into a reused
- * buffer (join_into).
+/* PointBatch's compiled paths: its single points of double series as three C columns
+ * (DoublePoints), WriteDoFn.process (FastProcess), NominalStream's enqueue, enqueue_float_array,
+ * enqueue_string_array and enqueue_batch (FastWrites); and one for the wire: the HTTP row body's
+ * join into a reused buffer (join_into).
  *
  * Why C: Beam calls process once per element, and a stream's caller enqueue once per point; in
  * Python the call and a dozen bytecodes of the rule cost ~2,500 instructions a point, more than
@@ -11,11 +11,11 @@
  * shapes a plain point comes in: a (channel, int ns, float) tuple, a NamedTuple class of those
  * fields in that order, and a dict or beam.Row of exactly the fields channel, <timestamp field>
  * and value. Such a point of a known untagged double series (batch.fast maps its channel to its
- * series code) goes onto batch.flat as three items. tests/unit/test_fast_path.py holds this
- * copy and add_fast to the same points, value by value.
+ * series code) goes onto batch.doubles. tests/unit/test_fast_path.py holds this copy and
+ * add_fast to the same points, value by value.
  *
  * FastProcess: anything else goes to the instance's Python method _slow(element), whose result
- * is returned; when batch.flat reaches the limit, _handover() is called (its errors propagate: a
+ * is returned; when batch.doubles reaches the limit, _handover() is called (its errors propagate: a
  * failed hand-over fails the bundle). Lookup errors that mean "not this shape" (KeyError,
  * TypeError, ValueError, as the Python rule catches) send the element to _slow; any other error
  * propagates.
@@ -41,6 +41,164 @@
  * _DOUBLE_STRIDE). */
 #define DOUBLE_POINT_BYTES 25
 
+/* DoublePoints: PointBatch's single points of double series, in arrival order, as three C
+ * columns (series code, int ns, value). Where a flat list of Python objects held a point's int
+ * and float until the batch settled, here they are let go with their element, and the settle
+ * reads the columns as they are: the list, its int conversions and freeing its objects cost
+ * ~50 ns a point of a handed-over batch. */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n, cap;
+    long long *codes, *ts;
+    double *values;
+} DoublePoints;
+
+static PyTypeObject DoublePointsType;
+
+/* Room for one more point: 0, or -1 with MemoryError (nothing changed). */
+static int
+dp_reserve(DoublePoints *d)
+{
+    if (d->n < d->cap) {
+        return 0;
+    }
+    Py_ssize_t cap = d->cap ? 2 * d->cap : 1024;
+    long long *codes = PyMem_Realloc(d->codes, cap * sizeof(long long));
+    if (codes == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    d->codes = codes;
+    long long *ts = PyMem_Realloc(d->ts, cap * sizeof(long long));
+    if (ts == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    d->ts = ts;
+    double *values = PyMem_Realloc(d->values, cap * sizeof(double));
+    if (values == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    d->values = values;
+    d->cap = cap;
+    return 0;
+}
+
+/* Append one point: 0, or -1 with MemoryError (nothing appended). */
+static inline int
+dp_put(DoublePoints *d, long long code, long long t, double v)
+{
+    if (d->n == d->cap && dp_reserve(d) < 0) {
+        return -1;
+    }
+    d->codes[d->n] = code;
+    d->ts[d->n] = t;
+    d->values[d->n] = v;
+    d->n++;
+    return 0;
+}
+
+static PyObject *
+DoublePoints_append(DoublePoints *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "append() takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    /* All three converted before anything is appended. */
+    long long code = PyLong_AsLongLong(args[0]);
+    if (code == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    long long t = PyLong_AsLongLong(args[1]);
+    if (t == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    double v = PyFloat_AsDouble(args[2]);
+    if (v == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (dp_put(self, code, t, v) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* (codes, timestamps, values) as bytearrays of int64, int64 and float64 (numpy takes each as
+ * a writable array without a copy). */
+static PyObject *
+DoublePoints_columns(DoublePoints *self, PyObject *Py_UNUSED(ignored))
+{
+    Py_ssize_t n = self->n;
+    PyObject *codes = PyByteArray_FromStringAndSize((const char *)self->codes, n * 8);
+    PyObject *ts = codes == NULL ? NULL : PyByteArray_FromStringAndSize((const char *)self->ts, n * 8);
+    PyObject *values = ts == NULL ? NULL : PyByteArray_FromStringAndSize((const char *)self->values, n * 8);
+    PyObject *out = values == NULL ? NULL : PyTuple_Pack(3, codes, ts, values);
+    Py_XDECREF(codes);
+    Py_XDECREF(ts);
+    Py_XDECREF(values);
+    return out;
+}
+
+static PyObject *
+DoublePoints_clear(DoublePoints *self, PyObject *Py_UNUSED(ignored))
+{
+    self->n = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+DoublePoints_take(DoublePoints *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *out = DoublePoints_columns(self, NULL);
+    if (out != NULL) {
+        self->n = 0;
+    }
+    return out;
+}
+
+static Py_ssize_t
+DoublePoints_len(DoublePoints *self)
+{
+    return self->n;
+}
+
+static void
+DoublePoints_dealloc(DoublePoints *self)
+{
+    PyMem_Free(self->codes);
+    PyMem_Free(self->ts);
+    PyMem_Free(self->values);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef DoublePoints_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))DoublePoints_append, METH_FASTCALL,
+     "append($self, code, timestamp, value, /)\n--\n\nAppend one point: an int code, an int64 ns and a float."},
+    {"columns", (PyCFunction)DoublePoints_columns, METH_NOARGS,
+     "columns($self, /)\n--\n\n(codes, timestamps, values): the points as int64, int64 and float64 bytearrays."},
+    {"take", (PyCFunction)DoublePoints_take, METH_NOARGS, "take($self, /)\n--\n\ncolumns(), then clear()."},
+    {"clear", (PyCFunction)DoublePoints_clear, METH_NOARGS, "clear($self, /)\n--\n\nDrop every point."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods DoublePoints_as_sequence = {
+    .sq_length = (lenfunc)DoublePoints_len,
+};
+
+static PyTypeObject DoublePointsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "beam_nominal._pipeline._fastpath.DoublePoints",
+    .tp_doc = "PointBatch's single points of double series as three C columns (see the module's source).",
+    .tp_basicsize = sizeof(DoublePoints),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)DoublePoints_dealloc,
+    .tp_methods = DoublePoints_methods,
+    .tp_as_sequence = &DoublePoints_as_sequence,
+};
+
 /* What an element's class makes it, for process (see FastProcess.known). */
 enum { KIND_OTHER, KIND_POINT, KIND_ROW };
 
@@ -48,20 +206,20 @@ enum { KIND_OTHER, KIND_POINT, KIND_ROW };
 #define CHANNEL_CACHE 256
 #define CHANNEL_HASHED 64
 
-/* A channel of the bound fast map and its series code, both held. */
+/* A channel of the bound fast map (held) and its series code. */
 typedef struct {
     PyObject *name; /* an exact str of one byte per character */
-    PyObject *code;
+    long long code;
 } CachedChannel;
 
 typedef struct {
     PyObject_HEAD
-    /* The batch's fast map and flat list, as _bind_fast last read them: the batch rebinds them
-     * (a settle, the fast paths closed while rows are pending, a new bundle) and then calls its
+    /* The batch's fast map and double points, as _bind_fast last read them: the batch rebinds
+     * them (the fast paths closed while rows are pending, a new bundle) and then calls its
      * on_rebind, which binds again. Held here, not looked up in the batch per point: two dict
      * lookups were a sixth of a Row point's instructions. */
-    PyObject *fast;     /* dict: channel -> series code */
-    PyObject *flat;     /* list: (code, int ns, float) triples */
+    PyObject *fast;        /* dict: channel -> series code */
+    DoublePoints *doubles; /* NULL if the batch's are not a DoublePoints: every element is slow */
     PyObject *points;   /* set: NamedTuple classes whose instances are points as they are */
     PyObject *rows;     /* set: beam.Row classes (their fields are their __dict__) */
     PyObject *ts_field; /* str, interned: the timestamp field of dicts and Rows */
@@ -70,7 +228,7 @@ typedef struct {
      * only grow while bound (_bind_fast forgets it). */
     PyObject *known;
     int known_kind;
-    Py_ssize_t limit;   /* len(flat) at which the batch is handed over */
+    Py_ssize_t limit;   /* len(doubles) at which the batch is handed over */
     /* Channels of the bound fast map by their characters: a point's channel is most often a
      * new str (decoded, or formatted per element), whose hash and dict lookup cost ~340
      * instructions where this costs ~60. Valid while fast is bound: the batch only adds to its
@@ -79,7 +237,7 @@ typedef struct {
     CachedChannel cache[CHANNEL_CACHE];
 } FastProcess;
 
-static PyObject *str_channel, *str_value, *str_fast, *str_flat, *str_slow, *str_handover;
+static PyObject *str_channel, *str_value, *str_fast, *str_flat, *str_doubles, *str_slow, *str_handover;
 
 /* After a failed lookup: 1 if the error means "not a fast point" (cleared), 0 if it must
  * propagate, as the Python rule's `except (KeyError, TypeError, ValueError)`. */
@@ -94,16 +252,17 @@ not_this_shape(void)
     return 0;
 }
 
-/* 1 if ts is an int ns the fast paths take as it is: an int (exactly) with -2**63 < ts <= 2**63 - 1,
+/* 1 if ts is an int ns the fast paths take as it is (its value into *out): an int (exactly) with -2**63 < ts <= 2**63 - 1,
  * as add_fast (the low end is not an int64 ns Nominal takes); 0 otherwise. Raises nothing. */
 static int
-int_ns(PyObject *ts)
+int_ns(PyObject *ts, long long *out)
 {
     int overflow = 0;
     if (!PyLong_CheckExact(ts)) {
         return 0;
     }
     long long t = PyLong_AsLongLongAndOverflow(ts, &overflow); /* an exact int raises nothing here */
+    *out = t;
     return !overflow && t != LLONG_MIN;
 }
 
@@ -180,19 +339,16 @@ cache_entry(FastProcess *self, PyObject *channel)
     return &self->cache[(h ^ (h >> 16)) & (CHANNEL_CACHE - 1)];
 }
 
-/* The code the entry holds for channel (borrowed), or NULL if it holds another channel. */
-static PyObject *
-cached_code(const CachedChannel *entry, PyObject *channel)
+/* 1 if the entry holds channel. */
+static int
+cached(const CachedChannel *entry, PyObject *channel)
 {
     PyObject *name = entry->name;
     if (name == channel) {
-        return entry->code;
+        return 1;
     }
-    if (name == NULL || PyUnicode_GET_LENGTH(name) != PyUnicode_GET_LENGTH(channel) ||
-        memcmp(PyUnicode_1BYTE_DATA(name), PyUnicode_1BYTE_DATA(channel), PyUnicode_GET_LENGTH(name)) != 0) {
-        return NULL;
-    }
-    return entry->code;
+    return name != NULL && PyUnicode_GET_LENGTH(name) == PyUnicode_GET_LENGTH(channel) &&
+           memcmp(PyUnicode_1BYTE_DATA(name), PyUnicode_1BYTE_DATA(channel), PyUnicode_GET_LENGTH(name)) == 0;
 }
 
 static void
@@ -200,7 +356,6 @@ clear_cache(FastProcess *self)
 {
     for (int i = 0; i < CHANNEL_CACHE; i++) {
         Py_CLEAR(self->cache[i].name);
-        Py_CLEAR(self->cache[i].code);
     }
 }
 
@@ -209,48 +364,50 @@ clear_cache(FastProcess *self)
 static int
 append_fast(FastProcess *self, PyObject *channel, PyObject *ts, PyObject *value)
 {
-    if (!PyFloat_CheckExact(value) || !int_ns(ts) || self->fast == NULL || !PyDict_Check(self->fast) ||
-        !PyList_CheckExact(self->flat)) {
+    long long t;
+    if (!PyFloat_CheckExact(value) || !int_ns(ts, &t) || self->fast == NULL || !PyDict_Check(self->fast) ||
+        self->doubles == NULL) {
         return 0;
     }
     CachedChannel *entry = cache_entry(self, channel);
-    PyObject *code = entry == NULL ? NULL : cached_code(entry, channel);
-    if (code != NULL) {
-        /* No Python code runs here: the list is the one bound. */
-        PyObject *flat = self->flat;
-        if (PyList_Append(flat, code) < 0 || PyList_Append(flat, ts) < 0 || PyList_Append(flat, value) < 0) {
-            return -1;
+    if (entry != NULL && cached(entry, channel)) {
+        if (dp_put(self->doubles, entry->code, t, PyFloat_AS_DOUBLE(value)) < 0) {
+            return -1; /* only out of memory; the bundle fails */
         }
-        return PyList_GET_SIZE(flat) >= self->limit ? 2 : 1;
+        return self->doubles->n >= self->limit ? 2 : 1;
     }
     /* Both held for the lookup: hashing the channel may run Python code (a str subclass's
      * __hash__ or __eq__), which may rebind the DoFn or make its batch rebind them, and so free
      * them. */
-    PyObject *fast = Py_NewRef(self->fast), *flat = Py_NewRef(self->flat);
-    code = PyDict_GetItemWithError(fast, channel);
+    PyObject *fast = Py_NewRef(self->fast), *doubles = Py_NewRef((PyObject *)self->doubles);
+    PyObject *code = PyDict_GetItemWithError(fast, channel);
     Py_XINCREF(code);
     int rc = 0;
+    long long c = 0;
     if (code == NULL) {
         rc = PyErr_Occurred() ? (not_this_shape() ? 0 : -1) : 0;
     }
-    else if (fast != self->fast || flat != self->flat) {
-        /* Rebound meanwhile: the code may be no series of the list now bound, and the list held
-         * may have been settled. Nothing appended: the checked path reads the element afresh. */
+    else if (fast != self->fast || doubles != (PyObject *)self->doubles) {
+        /* Rebound meanwhile: the code may be no series of the batch now bound. Nothing
+         * appended: the checked path reads the element afresh. */
         rc = 0;
     }
-    else if (PyList_Append(flat, code) < 0 || PyList_Append(flat, ts) < 0 || PyList_Append(flat, value) < 0) {
+    else if ((c = PyLong_AsLongLong(code)) == -1 && PyErr_Occurred()) {
+        rc = -1; /* a code is an int the batch numbered: cannot happen */
+    }
+    else if (dp_put(self->doubles, c, t, PyFloat_AS_DOUBLE(value)) < 0) {
         rc = -1; /* only out of memory; the bundle fails */
     }
     else {
-        rc = PyList_GET_SIZE(flat) >= self->limit ? 2 : 1;
+        rc = self->doubles->n >= self->limit ? 2 : 1;
         if (entry != NULL) {
-            /* Py_XSETREF: a str or int let go runs no Python code. */
+            /* Py_XSETREF: a str let go runs no Python code. */
             Py_XSETREF(entry->name, Py_NewRef(channel));
-            Py_XSETREF(entry->code, Py_NewRef(code));
+            entry->code = c;
         }
     }
     Py_XDECREF(code);
-    Py_DECREF(flat);
+    Py_DECREF(doubles);
     Py_DECREF(fast);
     return rc;
 }
@@ -387,10 +544,13 @@ FastProcess_bind_fast(FastProcess *self, PyObject *args)
         return NULL;
     }
     PyObject *fast = PyObject_GetAttr(batch, str_fast);
-    PyObject *flat = fast == NULL ? NULL : PyObject_GetAttr(batch, str_flat);
-    if (flat == NULL) {
+    PyObject *doubles = fast == NULL ? NULL : PyObject_GetAttr(batch, str_doubles);
+    if (doubles == NULL) {
         Py_XDECREF(fast);
         return NULL;
+    }
+    if (!PyObject_TypeCheck(doubles, &DoublePointsType)) {
+        Py_CLEAR(doubles); /* a batch of the Python DoublePoints: every element goes to _slow */
     }
     Py_INCREF(points);
     Py_INCREF(rows);
@@ -398,7 +558,7 @@ FastProcess_bind_fast(FastProcess *self, PyObject *args)
     Py_INCREF(ts_field);
     PyUnicode_InternInPlace(&ts_field);
     Py_XSETREF(self->fast, fast);
-    Py_XSETREF(self->flat, flat);
+    Py_XSETREF(self->doubles, (DoublePoints *)doubles);
     Py_XSETREF(self->points, points);
     Py_XSETREF(self->rows, rows);
     Py_XSETREF(self->ts_field, ts_field);
@@ -413,7 +573,7 @@ static int
 FastProcess_traverse(FastProcess *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->fast);
-    Py_VISIT(self->flat);
+    Py_VISIT(self->doubles);
     Py_VISIT(self->points);
     Py_VISIT(self->rows);
     Py_VISIT(self->ts_field);
@@ -425,7 +585,7 @@ static int
 FastProcess_clear(FastProcess *self)
 {
     Py_CLEAR(self->fast);
-    Py_CLEAR(self->flat);
+    Py_CLEAR(self->doubles);
     Py_CLEAR(self->points);
     Py_CLEAR(self->rows);
     Py_CLEAR(self->ts_field);
@@ -473,8 +633,8 @@ typedef struct {
     PyObject *batch;   /* the __dict__ of its PointBatch (core.staged) */
     PyObject *acquire; /* core.lock's bound acquire and release */
     PyObject *release;
-    /* The core's settle_flat, max_bytes and max_points: set once, when it is made. */
-    Py_ssize_t settle_flat, max_bytes, max_points;
+    /* The core's settle_singles, max_bytes and max_points: set once, when it is made. */
+    Py_ssize_t settle_singles, max_bytes, max_points;
     PyTypeObject *ndarray; /* numpy.ndarray, for enqueue_batch's columns */
 } FastWrites;
 
@@ -546,7 +706,8 @@ plain_channel(PyObject *channel)
 static int
 common_write(PyObject *const *args4)
 {
-    return args4[3] == Py_None && plain_channel(args4[0]) && int_ns(args4[1]);
+    long long t;
+    return args4[3] == Py_None && plain_channel(args4[0]) && int_ns(args4[1], &t);
 }
 
 /* A compiled write's end: None if locked_write took the call (rc 1), NULL on its error (rc -1),
@@ -598,7 +759,8 @@ locked_write(FastWrites *self, PyObject *map_key, PyObject *channel, const Write
     /* Held for the call: the channel's hash or a clock may run Python code, which must not free
      * what this reads (a stream is bound once, but the references cost nothing to hold). */
     PyObject *core = Py_NewRef(self->core), *state = Py_NewRef(self->state), *batch = Py_NewRef(self->batch);
-    PyObject *release = Py_NewRef(self->release), *map = NULL, *found = NULL, *flat = NULL, *requests = NULL;
+    PyObject *release = Py_NewRef(self->release), *map = NULL, *found = NULL, *flat = NULL, *doubles = NULL,
+             *requests = NULL;
     int rc = 0;
     PyObject *held = PyObject_CallNoArgs(self->acquire);
     if (held == NULL) {
@@ -645,7 +807,26 @@ locked_write(FastWrites *self, PyObject *map_key, PyObject *channel, const Write
         goto unlock;
     }
     Py_INCREF(flat);
-    if (PyList_Append(flat, found) < 0 || PyList_Append(flat, w->ts) < 0 || PyList_Append(flat, w->value) < 0) {
+    doubles = PyDict_GetItemWithError(batch, str_doubles);
+    if (doubles == NULL || !PyObject_TypeCheck(doubles, &DoublePointsType)) {
+        rc = PyErr_Occurred() ? -1 : 0;
+        doubles = NULL;
+        goto unlock;
+    }
+    Py_INCREF(doubles);
+    if (map_key == str_fast) {
+        /* A float of a double series, as PointBatch.add_fast appends it. */
+        long long code = PyLong_AsLongLong(found), t = PyLong_AsLongLong(w->ts);
+        if ((code == -1 || t == -1) && PyErr_Occurred()) {
+            rc = -1;
+            goto unlock;
+        }
+        if (dp_put((DoublePoints *)doubles, code, t, PyFloat_AS_DOUBLE(w->value)) < 0) {
+            rc = -1;
+            goto unlock;
+        }
+    }
+    else if (PyList_Append(flat, found) < 0 || PyList_Append(flat, w->ts) < 0 || PyList_Append(flat, w->value) < 0) {
         /* Only out of memory. The Python methods append all three with one extend. */
         Py_ssize_t len = PyList_GET_SIZE(flat);
         PyList_SetSlice(flat, len - len % 3, len, NULL);
@@ -666,7 +847,7 @@ locked_write(FastWrites *self, PyObject *map_key, PyObject *channel, const Write
         rc = -1;
         goto unlock;
     }
-    int due = PyList_GET_SIZE(flat) >= self->settle_flat || total >= self->max_bytes;
+    int due = PyList_GET_SIZE(flat) / 3 + ((DoublePoints *)doubles)->n >= self->settle_singles || total >= self->max_bytes;
     if (!due && w->check_counted) {
         Py_ssize_t counted = dict_size(batch, str_counted);
         if (counted < 0) {
@@ -704,6 +885,7 @@ unlock:;
         Py_XDECREF(done);
     }
     Py_XDECREF(requests);
+    Py_XDECREF(doubles);
     Py_XDECREF(flat);
     Py_XDECREF(found);
     Py_XDECREF(map);
@@ -890,7 +1072,7 @@ FastWrites_bind_writes(FastWrites *self, PyObject *core)
     release = acquire == NULL ? NULL : PyObject_GetAttrString(lock, "release");
     Py_XDECREF(staged);
     Py_XDECREF(lock);
-    Py_ssize_t settle_flat = -1, max_bytes = -1, max_points = -1;
+    Py_ssize_t settle_singles = -1, max_bytes = -1, max_points = -1;
     PyObject *ndarray = NULL;
     if (release != NULL) {
         PyObject *numpy = PyImport_ImportModule("numpy");
@@ -904,7 +1086,7 @@ FastWrites_bind_writes(FastWrites *self, PyObject *core)
             Py_CLEAR(release);
         }
     }
-    if (release != NULL && ((settle_flat = attr_size(core, "settle_flat")) < 0 ||
+    if (release != NULL && ((settle_singles = attr_size(core, "settle_singles")) < 0 ||
                             (max_bytes = attr_size(core, "max_bytes")) < 0 ||
                             (max_points = attr_size(core, "max_points")) < 0)) {
         Py_CLEAR(release);
@@ -922,7 +1104,7 @@ FastWrites_bind_writes(FastWrites *self, PyObject *core)
     Py_XSETREF(self->acquire, acquire);
     Py_XSETREF(self->release, release);
     Py_XSETREF(self->ndarray, (PyTypeObject *)ndarray);
-    self->settle_flat = settle_flat;
+    self->settle_singles = settle_singles;
     self->max_bytes = max_bytes;
     self->max_points = max_points;
     Py_RETURN_NONE;
@@ -1014,57 +1196,6 @@ static PyTypeObject FastWritesType = {
     .tp_clear = (inquiry)FastWrites_clear,
     .tp_methods = FastWrites_methods,
 };
-
-/* PointBatch's flat list of single points, (code, int ns, value) triples, as three columns:
- * codes and timestamps int64 and values float64, each a bytearray (numpy takes it as a writable
- * array without a copy). None when a value is not a float (a point of another type's series),
- * for PointBatch to convert with numpy as it does without this module: one pass here where
- * numpy's fromiter over three slices of the list cost ~650 instructions a point. */
-static PyObject *
-flat_columns(PyObject *module, PyObject *flat)
-{
-    if (!PyList_CheckExact(flat) || PyList_GET_SIZE(flat) % 3 != 0) {
-        PyErr_SetString(PyExc_TypeError, "flat_columns takes a list of (code, int, float) triples");
-        return NULL;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(flat) / 3;
-    PyObject *codes = PyByteArray_FromStringAndSize(NULL, n * 8);
-    PyObject *ts = PyByteArray_FromStringAndSize(NULL, n * 8);
-    PyObject *values = PyByteArray_FromStringAndSize(NULL, n * 8);
-    PyObject *out = NULL;
-    if (codes == NULL || ts == NULL || values == NULL) {
-        goto done;
-    }
-    long long *c = (long long *)PyByteArray_AS_STRING(codes);
-    long long *t = (long long *)PyByteArray_AS_STRING(ts);
-    double *v = (double *)PyByteArray_AS_STRING(values);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *value = PyList_GET_ITEM(flat, 3 * i + 2);
-        if (!PyFloat_Check(value)) {
-            out = Py_NewRef(Py_None);
-            goto done;
-        }
-        v[i] = PyFloat_AS_DOUBLE(value);
-        /* Codes and timestamps are ints the batch checked (int64 ns) or numbered itself;
-         * AndOverflow's digit loop is a third of PyLong_AsLongLong's byte-array conversion. */
-        int over_c = 0, over_t = 0;
-        c[i] = PyLong_AsLongLongAndOverflow(PyList_GET_ITEM(flat, 3 * i), &over_c);
-        t[i] = PyLong_AsLongLongAndOverflow(PyList_GET_ITEM(flat, 3 * i + 1), &over_t);
-        if (over_c || over_t) {
-            PyErr_SetString(PyExc_OverflowError, "flat_columns: a code or timestamp beyond int64");
-            goto done;
-        }
-        if ((c[i] == -1 || t[i] == -1) && PyErr_Occurred()) {
-            goto done;
-        }
-    }
-    out = PyTuple_Pack(3, codes, ts, values);
-done:
-    Py_XDECREF(codes);
-    Py_XDECREF(ts);
-    Py_XDECREF(values);
-    return out;
-}
 
 /* One part of join_into: a buffer's bytes, or the double points of an (ns, values) pair. */
 typedef struct {
@@ -1300,8 +1431,6 @@ done:
 }
 
 static PyMethodDef module_methods[] = {
-    {"flat_columns", (PyCFunction)flat_columns, METH_O,
-     "flat_columns(flat, /)\n--\n\n(codes, timestamps, values) of a flat list of single points, or None."},
     {"copy_column", (PyCFunction)(void (*)(void))copy_column, METH_FASTCALL,
      "copy_column(ts_out, values_out, at, ts, values, /)\n--\n\nts and values copied into ts_out and values_out at index at; False if a timestamp is -2**63."},
     {"join_into", (PyCFunction)(void (*)(void))join_into, METH_FASTCALL,
@@ -1320,7 +1449,7 @@ static struct PyModuleDef fastpath_module = {
 PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
-    if (PyType_Ready(&FastProcessType) < 0 || PyType_Ready(&FastWritesType) < 0) {
+    if (PyType_Ready(&DoublePointsType) < 0 || PyType_Ready(&FastProcessType) < 0 || PyType_Ready(&FastWritesType) < 0) {
         return NULL;
     }
 #define INTERN(var, text)                                                                                  \
@@ -1331,6 +1460,7 @@ PyInit__fastpath(void)
     INTERN(str_value, "value");
     INTERN(str_fast, "fast");
     INTERN(str_flat, "flat");
+    INTERN(str_doubles, "doubles");
     INTERN(str_slow, "_slow");
     INTERN(str_handover, "_handover");
     INTERN(str_gate, "gate");
@@ -1352,7 +1482,8 @@ PyInit__fastpath(void)
     if (m == NULL) {
         return NULL;
     }
-    if (PyModule_AddObjectRef(m, "FastProcess", (PyObject *)&FastProcessType) < 0 ||
+    if (PyModule_AddObjectRef(m, "DoublePoints", (PyObject *)&DoublePointsType) < 0 ||
+        PyModule_AddObjectRef(m, "FastProcess", (PyObject *)&FastProcessType) < 0 ||
         PyModule_AddObjectRef(m, "FastWrites", (PyObject *)&FastWritesType) < 0) {
         Py_DECREF(m);
         return NULL;

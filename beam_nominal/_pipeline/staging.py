@@ -8,10 +8,12 @@ keeps the element's timestamp and window without asking Beam for them per elemen
 
 What the batch holds, by how points arrive:
 
-* single points: one flat list of ``(series code, int ns, value)`` triples. Ints, floats and
-  strs are not tracked by the garbage collector; thousands of kept tuples would be, at a
-  collection every 700. A point of a known series whose value is of the series' unchecked type
-  (a float in a double series) costs a dict lookup and three list appends.
+* single points of double series: three C columns (:class:`DoublePoints`: series code, int ns,
+  float), appended in arrival order and read as they are when the batch settles. A float of a
+  known double series costs a dict lookup and one append.
+* other single points: one flat list of ``(series code, int ns, value)`` triples. Ints, floats
+  and strs are not tracked by the garbage collector; thousands of kept tuples would be, at a
+  collection every 700. A series' points are all in one of the two, so each keeps its order.
 * wide records ``(ts, {channel: value})``: one row (the record's values as a list) per record,
   in a block per channel set, value types and tags, checked by comparing two tuples built in C.
 * columns (series elements, Arrow tables, and the two above once settled): numpy chunks per
@@ -28,6 +30,7 @@ conversion rules). Nothing here is thread-safe: one writer owns a batch.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from types import WrapperDescriptorType
 from typing import Any, NamedTuple
@@ -55,11 +58,45 @@ from beam_nominal.model import MAX_NAME_CHARS, SeriesKey, ValueType, holds_int64
 
 __all__ = ["Chunk", "ElementError", "PointBatch", "is_column"]
 
-flat_columns: Callable[[list[Any]], tuple[bytearray, bytearray, bytearray] | None] | None
+
+
+class _DoublePoints:
+    """``DoublePoints`` where ``_fastpath`` is not built (no C compiler): the same three
+    columns, as arrays."""
+
+    __slots__ = ("codes", "ts", "values")
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def append(self, code: int, timestamp: int, value: Any) -> None:
+        v = float(value)  # converted before anything is appended, as the compiled one
+        if not -(2**63) <= timestamp < 2**63:
+            raise OverflowError(f"timestamp {timestamp} beyond int64")
+        self.codes.append(code)
+        self.ts.append(timestamp)
+        self.values.append(v)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def columns(self) -> tuple[Any, Any, Any]:
+        return array("q", self.codes), array("q", self.ts), array("d", self.values)
+
+    def take(self) -> tuple[Any, Any, Any]:
+        out = self.codes, self.ts, self.values
+        self.clear()
+        return out
+
+    def clear(self) -> None:
+        self.codes, self.ts, self.values = array("q"), array("q"), array("d")
+
+
+DoublePoints: Callable[[], Any]
 try:
-    from beam_nominal._pipeline._fastpath import flat_columns
-except ImportError:  # built without a C compiler: numpy converts the flat list
-    flat_columns = None
+    from beam_nominal._pipeline._fastpath import DoublePoints
+except ImportError:
+    DoublePoints = _DoublePoints
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -171,7 +208,9 @@ class PointBatch:
         self._untagged: dict[str, _Slot] = {}
         #: (channel, tuple(tags.items())) -> slot: an element's tags, as given.
         self._tagged: dict[tuple[str, tuple[tuple[str, str], ...]], _Slot] = {}
-        #: (series code, int ns, value) triples of single points, in arrival order.
+        #: Single points of double series, in arrival order (series code, int ns, float).
+        self.doubles = DoublePoints()
+        #: (series code, int ns, value) triples of other single points, in arrival order.
         self.flat: list[Any] = []
         #: (channel, tag items as given) -> its checked SeriesKey; kept by clear().
         self._keys: dict[tuple[Any, Any], SeriesKey] = {}
@@ -181,7 +220,7 @@ class PointBatch:
         #: pending (so a single point after a wide record's row takes the checked path, which
         #: settles the rows first and keeps each series in arrival order). Read, never written,
         #: by the one other copy of the fast path, the compiled ``WriteDoFn.process``
-        #: (``_fastpath.c``, which reads ``fast`` and ``flat`` from the batch's ``__dict__``).
+        #: (``_fastpath.c``, which holds ``fast`` and ``doubles``; see ``on_rebind``).
         self.fast: dict[str, int] = self._all_fast
         #: Untagged channels whose series is double -> its key: the columns the compiled
         #: ``NominalStream.enqueue_batch`` takes (int64 and float64 arrays, as ``series_chunks``'
@@ -200,8 +239,8 @@ class PointBatch:
         #: tag items as given -> the block the last record with those tags went to.
         self._last_block: dict[tuple[Any, ...], _Block] = {}
         self._blocks: dict[tuple[Any, ...], _Block] = {}
-        #: Points in rows and settled chunks (single points are ``len(flat) // 3``): with
-        #: ``flat``, what a writer reads to decide when to hand the batch over.
+        #: Points in rows and settled chunks (single points are ``singles``): with it, what a
+        #: writer reads to decide when to hand the batch over.
         self.counted = 0
         #: Estimated encoded bytes appended and not taken, except single floats (whose count
         #: bounds them): what a writer compares with its request size to hand the batch over.
@@ -212,8 +251,9 @@ class PointBatch:
         self._rows = False
         #: Records appended to blocks so far (their rows' sequence numbers).
         self._seq = 0
-        #: Called with no arguments whenever ``fast`` or ``flat`` is rebound (kept by clear()):
-        #: the compiled ``WriteDoFn.process`` holds the two rather than look them up per point.
+        #: Called with no arguments whenever ``fast`` or ``doubles`` is rebound (kept by
+        #: clear()): the compiled ``WriteDoFn.process`` holds the two rather than look them up
+        #: per point.
         self.on_rebind: Callable[[], None] | None = None
 
     # -- size --------------------------------------------------------------------------------------
@@ -221,7 +261,12 @@ class PointBatch:
     @property
     def points(self) -> int:
         """Points appended and not yet taken."""
-        return len(self.flat) // 3 + self.counted
+        return len(self.flat) // 3 + len(self.doubles) + self.counted
+
+    @property
+    def singles(self) -> int:
+        """Single points appended and not yet settled (``doubles`` and ``flat``)."""
+        return len(self.flat) // 3 + len(self.doubles)
 
     # -- single points -----------------------------------------------------------------------------
 
@@ -231,7 +276,7 @@ class PointBatch:
         :meth:`add_tagged`).
 
         The hot path of the package: three type tests and a dict lookup, and the point goes to
-        the flat list in three appends. The compiled ``WriteDoFn.process`` (``_fastpath.c``)
+        ``doubles`` in one append. The compiled ``WriteDoFn.process`` (``_fastpath.c``)
         applies the same rule to each element shape (in Python the call costs more than the
         rule; ``tests/unit/test_fast_path.py`` holds the two to the same points).
         """
@@ -243,10 +288,7 @@ class PointBatch:
                 # (ValueError: a channel whose __hash__ raises it; the checked path makes that a
                 # FailedElement, as the compiled WriteDoFn.process does, not a failed bundle)
                 return False
-            flat = self.flat
-            flat.append(code)  # three appends: cheaper than one of a tuple
-            flat.append(ts)
-            flat.append(value)
+            self.doubles.append(code, ts, value)
             return True
         return False
 
@@ -260,10 +302,13 @@ class PointBatch:
         self._append(slot, t, value)
 
     def _append(self, slot: _Slot, t: int, value: Any) -> None:
-        """A checked point onto the flat list (the checked paths' one way there)."""
+        """A checked point onto ``doubles`` or the flat list (the checked paths' one way there)."""
         if self._rows:
             self._settle_rows()  # rows that came first stay first
-        self.flat.extend((slot.code, t, value))
+        if slot.vtype is ValueType.DOUBLE:
+            self.doubles.append(slot.code, t, value)  # where add_fast puts the series' points
+        else:
+            self.flat.extend((slot.code, t, value))
         if type(value) is not float:
             self.nbytes += _point_bytes(value)
 
@@ -296,7 +341,7 @@ class PointBatch:
                 row[j] = conv(row[j])
             except (Mismatch, UnicodeEncodeError):
                 raise _bad_value(block.keys[j], block.slots[j], row[j]) from None  # type: ignore[arg-type]
-        if self.flat:
+        if self.flat or len(self.doubles):
             self._settle_flat()  # single points that came first stay first
         block.ts.append(t)
         block.rows.append(row)
@@ -741,56 +786,48 @@ class PointBatch:
     def _settle(self) -> None:
         """Move single points and rows into their series' chunks (at most one of the two is
         pending: each settles the other before it takes a point)."""
-        if self.flat:
+        if self.flat or len(self.doubles):
             self._settle_flat()
         if self._rows:
             self._settle_rows()
 
     def _settle_flat(self) -> None:
+        """Single points into their series' chunks: ``doubles`` as the columns they are, the
+        flat list converted (their series are not the same, so either may go first)."""
+        if len(self.doubles):
+            codes, ts, vals = self.doubles.take()
+            self._settle_singles(np.frombuffer(codes, np.int64), np.frombuffer(ts, np.int64), np.frombuffer(vals, _F64))
+        if not self.flat:
+            return
         flat, self.flat = self.flat, []
-        self._rebound()
         n = len(flat) // 3
-        columns = None if flat_columns is None else flat_columns(flat)
-        if columns is not None:
-            # Every value a float (points of double series only): the three columns in one C
-            # pass (_fastpath.c), where numpy's fromiter over slices costs ~650 instructions a point.
-            codes: Any = np.frombuffer(columns[0], np.int64)
-            ts = np.frombuffer(columns[1], np.int64)
-            vals: Any = np.frombuffer(columns[2], np.float64)
-            if codes[0] == codes[-1] and (codes == codes[0]).all():  # one series
-                self._add_settled(self._slots[int(codes[0])], ts, vals)
-                self.counted += n
-                return
-        else:
-            code_list = flat[0::3]
-            ts = np.fromiter(flat[1::3], np.int64, n)
-            vals = flat[2::3]
-            if code_list.count(code_list[0]) == n:  # one series (a count in C: one int object per code)
-                self._add_settled(self._slots[code_list[0]], ts, vals)
-                self.counted += n
-                return
-            codes = np.fromiter(code_list, np.intp, n)
+        code_list = flat[0::3]
+        if code_list.count(code_list[0]) == n:  # one series (a count in C: one int object per code)
+            self._add_settled(self._slots[code_list[0]], np.fromiter(flat[1::3], np.int64, n), flat[2::3])
+            self.counted += n
+            return
+        self._settle_singles(np.fromiter(code_list, np.intp, n), np.fromiter(flat[1::3], np.int64, n), flat[2::3])
+
+    def _settle_singles(self, codes: Any, ts: Any, vals: Any) -> None:
+        """Points of many series, in arrival order (codes and ts int arrays, values an array or
+        a list), into each series' chunks."""
+        n = len(codes)
         slots = self._slots
+        if codes[0] == codes[-1] and (codes == codes[0]).all():  # one series
+            self._add_settled(slots[int(codes[0])], ts, vals)
+            self.counted += n
+            return
         counts = np.bincount(codes, minlength=len(slots))
         present = np.flatnonzero(counts)
-        if len(present) > 1:
-            # Series codes fit 16 bits nearly always, and numpy sorts those stably by radix: O(n)
-            # where a timsort of interleaved series costs 5x more.
-            order = (codes.astype(np.uint16) if len(slots) <= 65536 else codes).argsort(kind="stable")
-            ts = ts[order]
-            if isinstance(vals, np.ndarray):
-                vals_col: Any = vals[order]
-            elif all(slots[c].vtype is ValueType.DOUBLE for c in present.tolist()):
-                vals_col = np.fromiter(vals, np.float64, n)[order]
-            else:
-                vals_col = list(map(vals.__getitem__, order.tolist()))
-        else:
-            vals_col = vals
+        # Series codes fit 16 bits nearly always, and numpy sorts those stably by radix: O(n)
+        # where a timsort of interleaved series costs 5x more.
+        order = (codes.astype(np.uint16) if len(slots) <= 65536 else codes).argsort(kind="stable")
+        ts = ts[order]
+        vals_col: Any = vals[order] if isinstance(vals, np.ndarray) else list(map(vals.__getitem__, order.tolist()))
         start = 0
         for code, count in zip(present.tolist(), counts[present].tolist(), strict=True):
-            slot = slots[code]
             end = start + count
-            self._add_settled(slot, ts[start:end], vals_col[start:end])
+            self._add_settled(slots[code], ts[start:end], vals_col[start:end])
             start = end
         self.counted += n
 

@@ -214,7 +214,7 @@ def report_lineage(target: Any, dataset_rid: str) -> Callable[[], None]:
 
 class _Writer(Protocol):
     _batch: PointBatch
-    _flat_limit: int
+    _fast_limit: int
 
     def _slow(self, element: Any) -> Iterable[FailedElement]: ...
 
@@ -228,7 +228,7 @@ class _PythonProcess:
     def process(self: _Writer, element: Any) -> Iterable[FailedElement]:
         # A tuple is the commonest plain point; other shapes' readers call add_fast themselves.
         if type(element) is tuple and len(element) == 3 and self._batch.add_fast(*element):
-            if len(self._batch.flat) >= self._flat_limit:
+            if len(self._batch.doubles) >= self._fast_limit:
                 self._handover()
             return ()
         return self._slow(element)
@@ -267,8 +267,9 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
         self._rows: set[type] = set()
         #: config.timestamp_field, one attribute lookup away for process's hot path.
         self._timestamp_field = config.timestamp_field
-        #: ``batch.flat`` holds three items per point.
-        self._flat_limit = 3 * HANDOVER_POINTS
+        #: Single points (``batch.singles``) at which the batch is handed over, and those of
+        #: ``batch.doubles``, which the fast paths read.
+        self._singles_limit = self._fast_limit = HANDOVER_POINTS
         self._rebind()
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -319,7 +320,7 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
             read(element)
         except ELEMENT_ERRORS as exc:
             return self._fail(failed(element, exc))
-        if len(batch.flat) >= self._flat_limit or batch.nbytes >= HANDOVER_BYTES:
+        if batch.singles >= self._singles_limit or batch.nbytes >= HANDOVER_BYTES:
             self._handover()
         return ()
 
@@ -331,7 +332,7 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
         """Tell the compiled ``process`` what it reads (the Python one reads the attributes), now
         and whenever the batch rebinds its fast map or flat list."""
         self._batch.on_rebind = self._rebind
-        self._bind_fast(self._batch, self._points, self._rows, self._timestamp_field, self._flat_limit)
+        self._bind_fast(self._batch, self._points, self._rows, self._timestamp_field, self._fast_limit)
 
     def _reader(self, element: Any) -> Reader:
         cls = type(element)

@@ -121,16 +121,24 @@ SHAPES: dict[str, Callable[[Any, Any, Any], Any]] = {
 }
 
 
+def _doubles(batch: PointBatch) -> list[Any]:
+    """The batch's double points as (code, ns, value) items, in order, as the flat list holds
+    other points."""
+    codes, ts, values = batch.doubles.columns()
+    columns = (np.frombuffer(codes, np.int64), np.frombuffer(ts, np.int64), np.frombuffer(values, np.float64))
+    return [x for point in zip(*(c.tolist() for c in columns), strict=True) for x in point]
+
+
 def _taken_inline(fn: WriteDoFn, element: Any) -> tuple[bool, list[Any]]:
     """Whether ``process`` appended ``element`` itself, and what it appended; the reader it
     would otherwise call is a spy, so nothing else touches the batch."""
     calls: list[Any] = []
     fn._readers[type(element)] = calls.append
-    before = list(fn._batch.flat)
+    before = _doubles(fn._batch)
     out = list(fn.process(element))
     assert out == []
-    appended = fn._batch.flat[len(before) :]
-    assert fn._batch.flat[: len(before)] == before
+    appended = _doubles(fn._batch)[len(before) :]
+    assert _doubles(fn._batch)[: len(before)] == before
     if calls:
         assert calls == [element] and appended == []
     return not calls, appended
@@ -146,15 +154,16 @@ def test_process_and_add_fast_take_the_same_points(dofn: WriteDoFn, shape: str, 
         dofn._rows.add(type(beam.Row(channel="c", timestamp=1, value=1.0)))
     element = SHAPES[shape](*point)
     reference = _batch()
-    flat = list(reference.flat)
+    flat = _doubles(reference)
     took = reference.add_fast(*point)
     inline, appended = _taken_inline(dofn, element)
     if isinstance(dofn, PythonWriteDoFn) and shape != "tuple":
         took = False  # the Python process leaves these to their readers, which call add_fast
     assert inline == took, f"{shape} {point!r}: WriteDoFn.process took={inline}, PointBatch.add_fast took={took}"
     if took:
-        assert appended == reference.flat[len(flat) :]
-        assert [type(x) for x in appended] == [int, int, float]
+        # To the bit: float.hex tells NaN's and -0.0's apart, which == does not.
+        exact = [x.hex() if isinstance(x, float) else x for x in appended]
+        assert exact == [x.hex() if isinstance(x, float) else x for x in _doubles(reference)[len(flat) :]]
 
 
 def test_the_fast_path_takes_the_plain_point_of_every_shape(dofn: WriteDoFn) -> None:
@@ -190,13 +199,13 @@ def test_a_failed_hand_over_on_the_fast_path_is_raised_not_taken_for_a_slow_elem
     from beam_nominal.errors import SeriesTypeError
 
     dofn._stream.enqueue("c", B - 5, "text")  # the stream pins "c" to string; the batch will not know
-    dofn._flat_limit = 6  # hand over at the second point
+    dofn._fast_limit = 2  # hand over at the second point
     dofn._rebind()
     assert list(dofn.process(("c", B, 0.5))) == []  # new to the batch: its reader pins it double
     assert dofn._batch.fast == {"c": 0}
     with pytest.raises(SeriesTypeError):
         dofn.process(("c", B + 1, 0.5))
-    assert dofn._batch.flat == []
+    assert len(dofn._batch.doubles) == 0
 
 
 class RaisingHash(str):
@@ -232,7 +241,7 @@ def test_a_channel_whose_hash_raises_another_error_fails_the_bundle(dofn: WriteD
 
 
 def test_a_channel_whose_hash_rebinds_the_dofn_never_appends_a_code_to_another_batch(dofn: WriteDoFn) -> None:
-    # As add_fast (a method of one batch): a series code goes only to the flat list of the batch
+    # As add_fast (a method of one batch): a series code goes only to the double points of the batch
     # whose fast map gave it. The compiled process holds the map and list it was bound to; when
     # the lookup rebinds them it appends nothing and hands the element to the checked path.
     dofn._batch.add_tagged("c", B - 1, 0.25, None)
@@ -251,23 +260,23 @@ def test_a_channel_whose_hash_rebinds_the_dofn_never_appends_a_code_to_another_b
 
     element = (Rebinding("c"), B, 0.5)
     assert list(dofn.process(element)) == []
-    assert dofn._batch.flat == []
+    assert len(dofn._batch.doubles) == 0
     if not isinstance(dofn, PythonWriteDoFn):
-        assert (old.flat[3:], slow) == ([], [element])
+        assert (_doubles(old)[3:], slow) == ([], [element])
     else:
-        assert (old.flat[3:], slow) == ([old.fast["c"], B, 0.5], [])
+        assert (_doubles(old)[3:], slow) == ([old.fast["c"], B, 0.5], [])
 
 
 def test_the_compiled_process_follows_the_batch_rebinding_its_list_and_map(dofn: WriteDoFn) -> None:
-    # The compiled process holds the batch's fast map and flat list; every rebinding (a settle,
+    # The compiled process holds the batch's fast map and double points; every rebinding (a settle,
     # the fast paths closed by a wide record and opened again, a new bundle's clear) must reach
     # it, or points would go to a list nobody reads.
     batch = dofn._batch
     batch.add_tagged("c", B - 1, 0.25, None)
     assert list(dofn.process(("c", B, 0.5))) == []
-    batch.take()  # a settle: flat rebound
+    batch.take()  # a settle
     assert list(dofn.process(("c", B + 1, 0.75))) == []
-    assert batch.flat == [batch.fast["c"], B + 1, 0.75]
+    assert _doubles(batch) == [batch.fast["c"], B + 1, 0.75]
     batch.add_record(B + 2, {"c": 1.5})  # rows pending: the fast map closed
     assert list(dofn.process(("c", B + 3, 2.5))) == []
     batch.add_tagged("c", B + 4, 3.5, None)
@@ -277,7 +286,7 @@ def test_the_compiled_process_follows_the_batch_rebinding_its_list_and_map(dofn:
     batch.clear()
     batch.add_tagged("d", B, 0.25, None)
     assert list(dofn.process(("d", B + 1, 0.5))) == []
-    assert batch.flat[3:] == [batch.fast["d"], B + 1, 0.5]
+    assert _doubles(batch)[3:] == [batch.fast["d"], B + 1, 0.5]
 
 
 def test_a_class_lookup_that_rebinds_the_dofn_does_not_read_a_freed_set() -> None:
@@ -290,13 +299,13 @@ def test_a_class_lookup_that_rebinds_the_dofn_does_not_read_a_freed_set() -> Non
     from pathlib import Path
 
     script = """if True:
-        from beam_nominal._pipeline._fastpath import FastProcess
+        from beam_nominal._pipeline._fastpath import DoublePoints, FastProcess
 
         class Batch: pass
         class Fn(FastProcess):
             def _slow(self, element): return "slow"
         fn, batch = Fn(), Batch()
-        batch.fast, batch.flat = {"c": 0}, []
+        batch.fast, batch.doubles = {"c": 0}, DoublePoints()
         class Meta(type):
             def __hash__(cls): return 1
             def __eq__(cls, other):
@@ -328,7 +337,7 @@ def test_the_dofn_pickles_with_every_protocol(cls: type[WriteDoFn], protocol: in
         if cls is WriteDoFn:
             copied._batch.add_tagged("c", B - 1, 0.25, None)
             assert list(copied.process(("c", B, 0.5))) == []  # bound to its own new batch
-            assert copied._batch.flat[3:] == [copied._batch.fast["c"], B, 0.5]
+            assert _doubles(copied._batch)[3:] == [copied._batch.fast["c"], B, 0.5]
         assert copied.finish_bundle() is None
     finally:
         copied.teardown()

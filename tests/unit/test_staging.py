@@ -885,19 +885,20 @@ _SERIES_VALUES = {
     ),
     st.data(),
 )
-def test_the_compiled_flat_split_settles_exactly_as_numpy_does(
+def test_the_compiled_double_points_settle_exactly_as_the_python_ones(
     points: list[tuple[str, int]], data: st.DataObject
 ) -> None:
-    # _fastpath.flat_columns splits the flat list of single points in C when every value is a
-    # float; the same points through numpy's path (flat_columns absent) give the same chunks.
+    # _fastpath.DoublePoints holds the single points of double series as C columns; the same
+    # points through the Python columns (staging._DoublePoints, where the module is not built)
+    # give the same chunks, to the bit, mixed with points of other types' series.
     from beam_nominal._pipeline import staging
 
-    assert staging.flat_columns is not None, "the compiled module is not built"
+    assert staging.DoublePoints is not staging._DoublePoints, "the compiled module is not built"
     batch_points = [(f"{kind}{t % 3}", t, data.draw(_SERIES_VALUES[kind])) for kind, t in points]
 
-    def take(split: object) -> list[tuple[object, ...]]:
-        original = staging.flat_columns
-        staging.flat_columns = split  # type: ignore[assignment]
+    def take(columns: object) -> list[tuple[object, ...]]:
+        original = staging.DoublePoints
+        staging.DoublePoints = columns  # type: ignore[assignment]
         try:
             batch = PointBatch()
             for channel, t, value in batch_points:
@@ -907,9 +908,9 @@ def test_the_compiled_flat_split_settles_exactly_as_numpy_does(
                 (c.key, c.vtype, np.asarray(c.timestamps).tolist(), _bits(c.values), c.nbytes) for c in batch.take()
             ]
         finally:
-            staging.flat_columns = original
+            staging.DoublePoints = original
 
-    assert take(staging.flat_columns) == take(None)
+    assert take(staging.DoublePoints) == take(staging._DoublePoints)
 
 
 def _bits(values: object) -> object:

@@ -327,7 +327,7 @@ from beam_nominal.beam._dofn import WriteDoFn, _PythonProcess
 from beam_nominal.stream import NominalStream, _PythonWrites
 
 assert NominalStream.__mro__[1] is _PythonWrites and WriteDoFn.__mro__[1] is _PythonProcess
-assert staging.flat_columns is None
+assert staging.DoublePoints is staging._DoublePoints
 
 class Count:
     points = 0
