@@ -226,12 +226,14 @@ class Shape(NamedTuple):
 # Sizes: runs of a few seconds at scale 1 (see the module doc on sampler steps), from one-off
 # runs of each sink at scale 0.1 scaled to the quiet-machine figures of docs/benchmarks.md.
 # 4.8 M tuples: runs of ~5-7 s, where one 0.195 s step is ~3% of a ratio; at 2.4 M the same two
-# sinks read 1.19x or 1.29x by which side of a step our run ends. Series and tables: our sink at
+# sinks read 1.19x or 1.29x by which side of a step our run ends. 4 M Rows for the same reason:
+# at 1.6 M (runs of ~2 s) our sink's work ended 1.95-1.98 s in, either side of a step, and the
+# same build read 1.32x or 1.20x. Series and tables: our sink at
 # ~20 M points/s runs ~2 s, nominal-streaming ~6 s (each Avro file ~700 MB, deleted once counted).
 SHAPES: dict[str, Shape] = {
     "tuples": Shape(gen_points, 4_800_000, 1, NominalStreamingPoints),
     "dicts": Shape(gen_dicts, 2_400_000, 1, NominalStreamingDicts),
-    "rows": Shape(gen_rows, 1_600_000, 1, NominalStreamingFields),
+    "rows": Shape(gen_rows, 4_000_000, 1, NominalStreamingFields),
     "namedtuples": Shape(gen_namedtuples, 2_400_000, 1, NominalStreamingFields),
     "wide": Shape(gen_wide, 150_000, WIDE_CHANNELS, NominalStreamingWide),
     "series": Shape(gen_series, 4_000, SERIES_LEN, NominalStreamingSeries),

@@ -324,8 +324,17 @@ fields_by_identity(PyObject *fields, PyObject *ts_field, PyObject **c, PyObject 
 static CachedChannel *
 cache_entry(FastProcess *self, PyObject *channel)
 {
-    if (!PyUnicode_CheckExact(channel) || PyUnicode_READY(channel) < 0 || PyUnicode_KIND(channel) != PyUnicode_1BYTE_KIND) {
-        PyErr_Clear(); /* only PyUnicode_READY of a legacy str can fail: the dict takes it */
+    if (!PyUnicode_CheckExact(channel)) {
+        return NULL;
+    }
+#if PY_VERSION_HEX < 0x030C0000
+    /* Before 3.12 a str made by the legacy API may not be ready (its kind unset). */
+    if (PyUnicode_READY(channel) < 0) {
+        PyErr_Clear(); /* the dict lookup takes it */
+        return NULL;
+    }
+#endif
+    if (PyUnicode_KIND(channel) != PyUnicode_1BYTE_KIND) {
         return NULL;
     }
     Py_ssize_t n = PyUnicode_GET_LENGTH(channel);
@@ -739,7 +748,7 @@ dict_size(PyObject *dict, PyObject *key)
     return PyLong_AsSsize_t(v);
 }
 
-/* A column to put into the buffer, or a point to append to the batch's flat list. */
+/* A column to put into the buffer, or a point to append to the batch (a float to its doubles, an array to its flat list). */
 typedef struct {
     PyObject *ts, *value; /* the point's int ns and converted value, or the column's two arrays */
     Py_ssize_t nbytes;    /* added to batch.nbytes (a point's estimate; 0 for a float) */
@@ -749,7 +758,7 @@ typedef struct {
 
 /* Under the core's lock, if the stream takes writes without waiting (gate off, a point already
  * buffered) and map_key's map knows the channel: append the point (code, ts, value) to the
- * batch's flat list and add its bytes, then settle and cut as the Python methods do when the
+ * batch (doubles or its flat list) and add its bytes, then settle and cut as the Python methods do when the
  * batch holds enough; or put the column into the buffer (the map gives its SeriesKey) with the
  * core's put_double_column. The cut requests are submitted once the lock is let go.
  * 1 done, 0 not taken (nothing changed: the Python method takes the call), -1 error. */
@@ -1441,7 +1450,7 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef fastpath_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "beam_nominal._pipeline._fastpath",
-    .m_doc = "PointBatch's compiled paths: WriteDoFn.process, NominalStream's common writes and flat_columns; and join_into, for the HTTP row body (optional: beam_nominal runs without them).",
+    .m_doc = "PointBatch's compiled paths: WriteDoFn.process, NominalStream's common writes and the batch's DoublePoints; and join_into, for the HTTP row body (optional: beam_nominal runs without them).",
     .m_size = -1,
     .m_methods = module_methods,
 };
