@@ -141,7 +141,7 @@ class _Core:
         #: ``full or not accepting``: the one flag the hot paths test before their slow checks.
         self.gate = False
         self.max_bytes = batch.max_request_bytes
-        #: Single points staged (``staged.singles``) before they move into the buffer, at most a
+        #: Single points staged (``staged.singles_due``) before they move into the buffer, at most a
         #: request's worth; other writes move once they hold a request's worth of bytes
         #: (``staged.nbytes``): moving wide rows sooner would cut each record into thousands of
         #: one-row chunks, later would hide bytes from the budget.
@@ -783,7 +783,7 @@ class NominalStream(_WritesBase):
             # 5,052 (callgrind, the scalar shape of bench_stream, before the compiled enqueue
             # took it), and the tagged points that still come here gain as much. Change both
             # together, and FastWrites' locked_write (_fastpath.c), which makes these steps.
-            if staged.singles < c.settle_singles and staged.nbytes < c.max_bytes:
+            if not staged.singles_due(c.settle_singles) and staged.nbytes < c.max_bytes:
                 return
             reqs = c.settled()
         finally:
@@ -881,7 +881,11 @@ class NominalStream(_WritesBase):
             staged = c.staged
             if columns is not None:
                 reqs = c.put_columns(columns)
-            elif staged.singles < c.settle_singles and staged.nbytes < c.max_bytes and staged.counted < c.max_points:
+            elif (
+                not staged.singles_due(c.settle_singles)
+                and staged.nbytes < c.max_bytes
+                and staged.counted < c.max_points
+            ):
                 return
             else:
                 reqs = c.settled()

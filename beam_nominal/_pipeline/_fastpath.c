@@ -455,7 +455,8 @@ FastProcess_process(FastProcess *self, PyObject *element)
         }
     }
     if (kind == KIND_POINT) {
-        if (PyTuple_GET_SIZE(element) != 3) {
+        /* A tuple (WriteDoFn puts only tuple classes in points; held here all the same). */
+        if (!PyTuple_Check(element) || PyTuple_GET_SIZE(element) != 3) {
             goto slow;
         }
         channel = PyTuple_GET_ITEM(element, 0);
@@ -809,22 +810,18 @@ locked_write(FastWrites *self, PyObject *map_key, PyObject *channel, const Write
         rc = requests == NULL ? -1 : requests == Py_None ? 0 : 1;
         goto unlock;
     }
-    flat = PyDict_GetItemWithError(batch, str_flat);
-    if (flat == NULL || !PyList_CheckExact(flat)) {
-        rc = PyErr_Occurred() ? -1 : 0;
-        flat = NULL;
-        goto unlock;
-    }
-    Py_INCREF(flat);
-    doubles = PyDict_GetItemWithError(batch, str_doubles);
-    if (doubles == NULL || !PyObject_TypeCheck(doubles, &DoublePointsType)) {
-        rc = PyErr_Occurred() ? -1 : 0;
-        doubles = NULL;
-        goto unlock;
-    }
-    Py_INCREF(doubles);
+    /* A float of a double series to the batch's doubles, as PointBatch.add_fast appends it; an
+     * array to its flat list. Each is bounded by itself (PointBatch.singles_due), so only the
+     * one appended to is read. */
+    Py_ssize_t singles = 0;
     if (map_key == str_fast) {
-        /* A float of a double series, as PointBatch.add_fast appends it. */
+        doubles = PyDict_GetItemWithError(batch, str_doubles);
+        if (doubles == NULL || !PyObject_TypeCheck(doubles, &DoublePointsType)) {
+            rc = PyErr_Occurred() ? -1 : 0;
+            doubles = NULL;
+            goto unlock;
+        }
+        Py_INCREF(doubles);
         long long code = PyLong_AsLongLong(found), t = PyLong_AsLongLong(w->ts);
         if ((code == -1 || t == -1) && PyErr_Occurred()) {
             rc = -1;
@@ -834,13 +831,24 @@ locked_write(FastWrites *self, PyObject *map_key, PyObject *channel, const Write
             rc = -1;
             goto unlock;
         }
+        singles = ((DoublePoints *)doubles)->n;
     }
-    else if (PyList_Append(flat, found) < 0 || PyList_Append(flat, w->ts) < 0 || PyList_Append(flat, w->value) < 0) {
-        /* Only out of memory. The Python methods append all three with one extend. */
-        Py_ssize_t len = PyList_GET_SIZE(flat);
-        PyList_SetSlice(flat, len - len % 3, len, NULL);
-        rc = -1;
-        goto unlock;
+    else {
+        flat = PyDict_GetItemWithError(batch, str_flat);
+        if (flat == NULL || !PyList_CheckExact(flat)) {
+            rc = PyErr_Occurred() ? -1 : 0;
+            flat = NULL;
+            goto unlock;
+        }
+        Py_INCREF(flat);
+        if (PyList_Append(flat, found) < 0 || PyList_Append(flat, w->ts) < 0 || PyList_Append(flat, w->value) < 0) {
+            /* Only out of memory. The Python methods append all three with one extend. */
+            Py_ssize_t len = PyList_GET_SIZE(flat);
+            PyList_SetSlice(flat, len - len % 3, len, NULL);
+            rc = -1;
+            goto unlock;
+        }
+        singles = PyList_GET_SIZE(flat) / 3;
     }
     rc = 1;
     Py_ssize_t total = dict_size(batch, str_nbytes);
@@ -856,7 +864,7 @@ locked_write(FastWrites *self, PyObject *map_key, PyObject *channel, const Write
         rc = -1;
         goto unlock;
     }
-    int due = PyList_GET_SIZE(flat) / 3 + ((DoublePoints *)doubles)->n >= self->settle_singles || total >= self->max_bytes;
+    int due = singles >= self->settle_singles || total >= self->max_bytes;
     if (!due && w->check_counted) {
         Py_ssize_t counted = dict_size(batch, str_counted);
         if (counted < 0) {

@@ -70,12 +70,13 @@ class _DoublePoints:
         self.clear()
 
     def append(self, code: int, timestamp: int, value: Any) -> None:
-        v = float(value)  # converted before anything is appended, as the compiled one
+        # Checked before anything is appended; the value as the compiled one's PyFloat_AsDouble
+        # takes it (a real number, not a str), by the float array's own append.
         if not -(2**63) <= timestamp < 2**63:
             raise OverflowError(f"timestamp {timestamp} beyond int64")
+        self.values.append(value)
         self.codes.append(code)
         self.ts.append(timestamp)
-        self.values.append(v)
 
     def __len__(self) -> int:
         return len(self.codes)
@@ -239,7 +240,7 @@ class PointBatch:
         #: tag items as given -> the block the last record with those tags went to.
         self._last_block: dict[tuple[Any, ...], _Block] = {}
         self._blocks: dict[tuple[Any, ...], _Block] = {}
-        #: Points in rows and settled chunks (single points are ``singles``): with it, what a
+        #: Points in rows and settled chunks (single points are ``doubles`` and ``flat``): with it, what a
         #: writer reads to decide when to hand the batch over.
         self.counted = 0
         #: Estimated encoded bytes appended and not taken, except single floats (whose count
@@ -263,10 +264,11 @@ class PointBatch:
         """Points appended and not yet taken."""
         return len(self.flat) // 3 + len(self.doubles) + self.counted
 
-    @property
-    def singles(self) -> int:
-        """Single points appended and not yet settled (``doubles`` and ``flat``)."""
-        return len(self.flat) // 3 + len(self.doubles)
+    def singles_due(self, limit: int) -> bool:
+        """Whether ``doubles`` or the flat list holds ``limit`` single points: each is bounded
+        by itself, so a writer's compiled path, which appends to ``doubles`` only, need read no
+        other (single points held stay under twice the limit)."""
+        return len(self.doubles) >= limit or len(self.flat) >= 3 * limit
 
     # -- single points -----------------------------------------------------------------------------
 

@@ -267,9 +267,9 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
         self._rows: set[type] = set()
         #: config.timestamp_field, one attribute lookup away for process's hot path.
         self._timestamp_field = config.timestamp_field
-        #: Single points (``batch.singles``) at which the batch is handed over, and those of
-        #: ``batch.doubles``, which the fast paths read.
-        self._singles_limit = self._fast_limit = HANDOVER_POINTS
+        #: Single points of ``batch.doubles``, or of its flat list, at which the batch is handed
+        #: over (``PointBatch.singles_due``; the fast paths read only ``doubles``).
+        self._fast_limit = HANDOVER_POINTS
         self._rebind()
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -320,7 +320,7 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
             read(element)
         except ELEMENT_ERRORS as exc:
             return self._fail(failed(element, exc))
-        if batch.singles >= self._singles_limit or batch.nbytes >= HANDOVER_BYTES:
+        if batch.singles_due(self._fast_limit) or batch.nbytes >= HANDOVER_BYTES:
             self._handover()
         return ()
 
@@ -330,7 +330,7 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
 
     def _rebind(self) -> None:
         """Tell the compiled ``process`` what it reads (the Python one reads the attributes), now
-        and whenever the batch rebinds its fast map or flat list."""
+        and whenever the batch rebinds its fast map or its double points."""
         self._batch.on_rebind = self._rebind
         self._bind_fast(self._batch, self._points, self._rows, self._timestamp_field, self._fast_limit)
 
@@ -338,7 +338,7 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
         cls = type(element)
         read = reader_for(element, self._batch, self._timestamp_field)
         self._readers[cls] = read
-        if is_point_fields(getattr(cls, "_fields", ()), self._timestamp_field):
+        if issubclass(cls, tuple) and is_point_fields(getattr(cls, "_fields", ()), self._timestamp_field):
             self._points.add(cls)  # its instances are points as they are (see process)
         elif is_row(element):
             self._rows.add(cls)

@@ -388,3 +388,43 @@ def test_every_point_goes_to_its_own_series_whatever_the_channel_cache_holds(dof
                 assert list(dofn.process(("".join(list(name)), B + 1 + i, float(j)))) == []
         got = {c.key.channel: [float(v) for v in c.values] for c in batch.take()}
         assert got == {name: [-1.0, float(j), float(j), float(j)] for j, name in enumerate(order)}
+
+
+def test_both_processes_hand_over_at_the_same_elements_whichever_list_fills(dofn: WriteDoFn) -> None:
+    # The compiled process appends to the batch's doubles only and counts those; the checked
+    # path counts doubles and the flat list each by itself (PointBatch.singles_due). Were it to
+    # count their sum, the Python process (whose dicts take the checked path) would hand over
+    # before the compiled one, and single points held would not be bounded as stated.
+    dofn._fast_limit = 4
+    dofn._rebind()
+    batch = dofn._batch
+    seen: list[tuple[int, int]] = []
+    hand_over = dofn._handover
+
+    def counted() -> None:
+        seen.append((len(batch.doubles), len(batch.flat) // 3))
+        hand_over()
+
+    dofn._handover = counted  # type: ignore[method-assign]
+    for i in range(3):
+        assert list(dofn.process(("i", B + i, i))) == []  # ints: the flat list
+    for i in range(4):
+        assert list(dofn.process({"channel": "d", "timestamp": B + i, "value": i + 0.5})) == []
+    assert seen == [(4, 3)]
+    for i in range(4):
+        assert list(dofn.process(("i", B + 10 + i, i))) == []
+    assert seen == [(4, 3), (0, 4)]
+
+
+def test_a_mapping_whose_class_has_point_fields_is_read_as_a_mapping(dofn: WriteDoFn) -> None:
+    # A class with NamedTuple-like _fields that is not a tuple: the compiled process read it as a
+    # tuple once its class was known (a segfault on the second element).
+    class Fielded(dict):  # type: ignore[type-arg]
+        _fields = ("channel", "timestamp", "value")
+
+    dofn._batch.add_tagged("c", B - 1, 0.25, None)
+    for i in range(3):
+        assert list(dofn.process(Fielded(channel="c", timestamp=B + i, value=i + 0.5))) == []
+    assert Fielded not in dofn._points
+    chunks = dofn._batch.take()
+    assert [float(v) for c in chunks for v in c.values] == [0.25, 0.5, 1.5, 2.5]
