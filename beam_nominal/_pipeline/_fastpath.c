@@ -304,7 +304,8 @@ fields_by_identity(PyObject *fields, PyObject *ts_field, PyObject **c, PyObject 
 {
     Py_ssize_t pos = 0;
     PyObject *key, *item, *found[3] = {NULL, NULL, NULL};
-    while (PyDict_Next(fields, &pos, &key, &item)) {
+    /* Three entries (the caller checked the size): no fourth call to find the end. */
+    for (int i = 0; i < 3 && PyDict_Next(fields, &pos, &key, &item); i++) {
         int at = key == str_channel ? 0 : key == ts_field ? 1 : key == str_value ? 2 : -1;
         if (at < 0) {
             return 0;
