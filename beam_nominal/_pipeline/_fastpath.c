@@ -252,8 +252,9 @@ not_this_shape(void)
     return 0;
 }
 
-/* 1 if ts is an int ns the fast paths take as it is (its value into *out): an int (exactly) with -2**63 < ts <= 2**63 - 1,
- * as add_fast (the low end is not an int64 ns Nominal takes); 0 otherwise. Raises nothing. */
+/* 1 if ts is an int ns the fast paths take as it is (its value into *out): an int (exactly)
+ * with -2**63 < ts <= 2**63 - 1, as add_fast (the low end is not an int64 ns Nominal takes);
+ * 0 otherwise. Raises nothing. */
 static int
 int_ns(PyObject *ts, long long *out)
 {
@@ -713,12 +714,11 @@ plain_channel(PyObject *channel)
 }
 
 /* 1 if the write is one the compiled methods take: no tags, a plain channel, and the timestamp
- * an int ns (-2**63 < ts <= 2**63 - 1, as add_fast). */
+ * an int ns (-2**63 < ts <= 2**63 - 1, as add_fast; its value into *t). */
 static int
-common_write(PyObject *const *args4)
+common_write(PyObject *const *args4, long long *t)
 {
-    long long t;
-    return args4[3] == Py_None && plain_channel(args4[0]) && int_ns(args4[1], &t);
+    return args4[3] == Py_None && plain_channel(args4[0]) && int_ns(args4[1], t);
 }
 
 /* A compiled write's end: None if locked_write took the call (rc 1), NULL on its error (rc -1),
@@ -750,18 +750,20 @@ dict_size(PyObject *dict, PyObject *key)
     return PyLong_AsSsize_t(v);
 }
 
-/* A column to put into the buffer, or a point to append to the batch (a float to its doubles, an array to its flat list). */
+/* A column to put into the buffer, or a point to append to the batch (a float to its doubles,
+ * an array to its flat list). */
 typedef struct {
     PyObject *ts, *value; /* the point's int ns and converted value, or the column's two arrays */
     Py_ssize_t nbytes;    /* added to batch.nbytes (a point's estimate; 0 for a float) */
     int check_counted;    /* a point: also settle when batch.counted reaches max_points */
     int column;           /* put ts and value as a column with core.put_double_column */
+    long long t;          /* a point's ns, as common_write read it */
 } Write;
 
 /* Under the core's lock, if the stream takes writes without waiting (gate off, a point already
  * buffered) and map_key's map knows the channel: append the point (code, ts, value) to the
- * batch (doubles or its flat list) and add its bytes, then settle and cut as the Python methods do when the
- * batch holds enough; or put the column into the buffer (the map gives its SeriesKey) with the
+ * batch (doubles or its flat list) and add its bytes, then settle and cut as the Python methods
+ * do when the batch holds enough; or put the column into the buffer (the map gives its SeriesKey) with the
  * core's put_double_column. The cut requests are submitted once the lock is let go.
  * 1 done, 0 not taken (nothing changed: the Python method takes the call), -1 error. */
 static int
@@ -823,12 +825,12 @@ locked_write(FastWrites *self, PyObject *map_key, PyObject *channel, const Write
             goto unlock;
         }
         Py_INCREF(doubles);
-        long long code = PyLong_AsLongLong(found), t = PyLong_AsLongLong(w->ts);
-        if ((code == -1 || t == -1) && PyErr_Occurred()) {
+        long long code = PyLong_AsLongLong(found);
+        if (code == -1 && PyErr_Occurred()) {
             rc = -1;
             goto unlock;
         }
-        if (dp_put((DoublePoints *)doubles, code, t, PyFloat_AS_DOUBLE(w->value)) < 0) {
+        if (dp_put((DoublePoints *)doubles, code, w->t, PyFloat_AS_DOUBLE(w->value)) < 0) {
             rc = -1;
             goto unlock;
         }
@@ -925,8 +927,9 @@ FastWrites_enqueue(FastWrites *self, PyObject *const *args, Py_ssize_t nargs, Py
         return NULL;
     }
     int rc = 0;
-    if (self->core != NULL && common_write(a) && PyFloat_CheckExact(a[2])) {
-        Write w = {a[1], a[2], 0, 0, 0};
+    long long t;
+    if (self->core != NULL && common_write(a, &t) && PyFloat_CheckExact(a[2])) {
+        Write w = {a[1], a[2], 0, 0, 0, t};
         rc = locked_write(self, str_fast, a[0], &w);
     }
     return taken_or_python(self, rc, str_enqueue, a);
@@ -962,7 +965,8 @@ FastWrites_enqueue_float_array(FastWrites *self, PyObject *const *args, Py_ssize
         return NULL;
     }
     int rc = 0;
-    if (self->core != NULL && common_write(a) && PyList_CheckExact(a[2])) {
+    long long t;
+    if (self->core != NULL && common_write(a, &t) && PyList_CheckExact(a[2])) {
         /* Packed before the lock is taken, as float_row converts before the Python method's. */
         PyObject *row = packed_floats(a[2]);
         if (row == NULL && PyErr_Occurred()) {
@@ -970,7 +974,7 @@ FastWrites_enqueue_float_array(FastWrites *self, PyObject *const *args, Py_ssize
         }
         if (row != NULL) {
             /* _append's estimate of a packed row: staging._point_bytes. */
-            Write w = {a[1], row, 24 + PyBytes_GET_SIZE(row), 1, 0};
+            Write w = {a[1], row, 24 + PyBytes_GET_SIZE(row), 1, 0, t};
             rc = locked_write(self, str_fast_arrays, a[0], &w);
             Py_DECREF(row);
         }
@@ -1004,7 +1008,8 @@ FastWrites_enqueue_string_array(FastWrites *self, PyObject *const *args, Py_ssiz
         return NULL;
     }
     int rc = 0;
-    if (self->core != NULL && common_write(a) && (PyList_CheckExact(a[2]) || PyTuple_CheckExact(a[2]))) {
+    long long t;
+    if (self->core != NULL && common_write(a, &t) && (PyList_CheckExact(a[2]) || PyTuple_CheckExact(a[2]))) {
         Py_ssize_t text = 0;
         PyObject *row = ascii_row(a[2], &text);
         if (row == NULL && PyErr_Occurred()) {
@@ -1012,7 +1017,7 @@ FastWrites_enqueue_string_array(FastWrites *self, PyObject *const *args, Py_ssiz
         }
         if (row != NULL) {
             /* _append's estimate of a string-array row: staging._point_bytes. */
-            Write w = {a[1], row, 24 + text + 2 * PyTuple_GET_SIZE(row), 1, 0};
+            Write w = {a[1], row, 24 + text + 2 * PyTuple_GET_SIZE(row), 1, 0, t};
             rc = locked_write(self, str_fast_string_arrays, a[0], &w);
             Py_DECREF(row);
         }
@@ -1056,7 +1061,7 @@ FastWrites_enqueue_batch(FastWrites *self, PyObject *const *args, Py_ssize_t nar
         (n = column_length(self, a[1], 0)) > 0 && column_length(self, a[2], 1) == n) {
         /* put_double_column copies the arrays into the series' column (copy_column) and checks
          * the copy; it returns None, and nothing changed, if a timestamp is -2**63. */
-        Write w = {a[1], a[2], 0, 0, 1};
+        Write w = {a[1], a[2], 0, 0, 1, 0};
         rc = locked_write(self, str_fast_columns, a[0], &w);
     }
     return taken_or_python(self, rc, str_enqueue_batch, a);

@@ -59,7 +59,6 @@ from beam_nominal.model import MAX_NAME_CHARS, SeriesKey, ValueType, holds_int64
 __all__ = ["Chunk", "ElementError", "PointBatch", "is_column"]
 
 
-
 class _DoublePoints:
     """``DoublePoints`` where ``_fastpath`` is not built (no C compiler): the same three
     columns, as arrays."""
@@ -240,8 +239,8 @@ class PointBatch:
         #: tag items as given -> the block the last record with those tags went to.
         self._last_block: dict[tuple[Any, ...], _Block] = {}
         self._blocks: dict[tuple[Any, ...], _Block] = {}
-        #: Points in rows and settled chunks (single points are ``doubles`` and ``flat``): with it, what a
-        #: writer reads to decide when to hand the batch over.
+        #: Points in rows and settled chunks (single points are in ``doubles`` and ``flat``):
+        #: with those, what a writer reads to decide when to hand the batch over.
         self.counted = 0
         #: Estimated encoded bytes appended and not taken, except single floats (whose count
         #: bounds them): what a writer compares with its request size to hand the batch over.
