@@ -203,16 +203,17 @@ static PyTypeObject DoublePointsType = {
 enum { KIND_OTHER, KIND_POINT, KIND_ROW };
 
 /* FastProcess's channel cache: its slots (a power of two), the channels it holds at most (half
- * its slots, so that a probe ends within a few slots), and the bytes of a name it hashes. */
+ * its slots, so that probes are short), and the slots a probe reads at most before the lookup
+ * goes to the dict. */
 #define CHANNEL_SLOTS 512
 #define CHANNEL_CACHED 256
-#define CHANNEL_HASHED 64
+#define CHANNEL_PROBES 16
 
 /* A channel of the bound fast map (held) and its series code; an empty slot's name is NULL. */
 typedef struct {
     PyObject *name; /* an exact str of one byte per character */
     long long code;
-    unsigned int hash; /* of its characters (cache_slot) */
+    unsigned long long hash; /* of its characters (name_hash) */
 } CachedChannel;
 
 typedef struct {
@@ -237,8 +238,9 @@ typedef struct {
      * instructions where this costs ~60. An open-addressed table that keeps the first
      * CHANNEL_CACHED channels met and evicts none: channels come round in turn, and a cache
      * that evicts one for another misses on both every time (direct-mapped, 20 of 100 channels
-     * collided). Valid while fast is bound: the batch only adds to its fast map, never changes
-     * or removes a channel's code (staging.PointBatch._register), and _bind_fast empties it. */
+     * collided); past them, channels take the dict lookup as with no cache. Valid while fast is
+     * bound: the batch only adds to its fast map, never changes or removes a channel's code
+     * (staging.PointBatch._register), and _bind_fast empties it. */
     CachedChannel cache[CHANNEL_SLOTS];
     int cached; /* channels in cache */
 } FastProcess;
@@ -328,9 +330,32 @@ fields_by_identity(PyObject *fields, PyObject *ts_field, PyObject **c, PyObject 
     return 1;
 }
 
+/* A hash of every byte of a name, eight at a time: names often share long prefixes (paths of a
+ * plant or a vehicle) and differ only at the end, and a hash of the first bytes gave all of
+ * them one value, each lookup comparing it with every one. */
+static unsigned long long
+name_hash(const unsigned char *p, Py_ssize_t n)
+{
+    unsigned long long h = (unsigned long long)n * 0x9E3779B97F4A7C15ull, w;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8); /* a constant size: one load, no call */
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 31;
+    }
+    if (i < n) {
+        for (w = 0; i < n; i++) {
+            w = (w << 8) | p[i];
+        }
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 31;
+    }
+    return h;
+}
+
 /* The channel's slot in the cache: the entry holding it, else the empty one where it goes (its
- * name NULL, its hash set for the insert), else NULL (not an exact str of one byte per character, or the cache full). Runs
- * no Python code. */
+ * name NULL, its hash set for the insert), else NULL (not an exact str of one byte per
+ * character, the cache full, or a probe too long). Runs no Python code. */
 static CachedChannel *
 cache_slot(FastProcess *self, PyObject *channel)
 {
@@ -349,15 +374,12 @@ cache_slot(FastProcess *self, PyObject *channel)
     }
     Py_ssize_t n = PyUnicode_GET_LENGTH(channel);
     const unsigned char *p = PyUnicode_1BYTE_DATA(channel);
-    /* FNV-1a of the length and the first bytes: names differ early, and names alike that far
-     * only cost a longer probe. */
-    unsigned int h = 2166136261u ^ (unsigned int)n;
-    for (Py_ssize_t i = 0; i < n && i < CHANNEL_HASHED; i++) {
-        h = (h ^ p[i]) * 16777619u;
-    }
-    /* Linear probing; at most half the slots are taken, so an empty one ends every probe. */
-    for (unsigned int i = h ^ (h >> 16);; i++) {
-        CachedChannel *entry = &self->cache[i & (CHANNEL_SLOTS - 1)];
+    unsigned long long h = name_hash(p, n);
+    /* Linear probing. At most half the slots are taken, so an empty one ends a probe within a
+     * few slots; the bound only guards against names whose hashes crowd one run. */
+    size_t at = (size_t)(h ^ (h >> 29));
+    for (int probe = 0; probe < CHANNEL_PROBES; probe++, at++) {
+        CachedChannel *entry = &self->cache[at & (CHANNEL_SLOTS - 1)];
         PyObject *name = entry->name;
         if (name == NULL) {
             if (self->cached >= CHANNEL_CACHED) {
@@ -371,6 +393,7 @@ cache_slot(FastProcess *self, PyObject *channel)
             return entry;
         }
     }
+    return NULL;
 }
 
 static void

@@ -374,11 +374,12 @@ def test_an_element_whose_class_cannot_be_hashed_is_handled_as_by_its_reader(
 def test_every_point_goes_to_its_own_series_whatever_the_channel_cache_holds(dofn: WriteDoFn) -> None:
     # The compiled process caches channels by their characters. More channels than its table
     # has slots (it must stop adding at its bound, or its probes would never end), names alike
-    # in their first 64 characters (which it hashes), non-ASCII names of one byte and of two a
-    # character, each point's channel a new str as decoded data gives; and two bundles numbering
-    # the series in opposite orders, so a code kept from the first would put points in the
-    # wrong series.
-    names = [f"ch{i}" for i in range(600)] + ["température", "温度", "x" * 80 + "a", "x" * 80 + "b"]
+    # but for their last characters (paths of one plant), non-ASCII names of one byte and of two
+    # a character, each point's channel a new str as decoded data gives; and two bundles
+    # numbering the series in opposite orders, so a code kept from the first would put points in
+    # the wrong series.
+    paths = [f"plant/area-7/line-3/cell-12/robot-arm-4/joint-2/motor/temperature/{i:03d}" for i in range(40)]
+    names = paths + [f"ch{i}" for i in range(600)] + ["température", "温度", "x" * 80 + "a", "x" * 80 + "b"]
     for order in (names, names[::-1]):
         batch = dofn._batch
         batch.clear()  # a new bundle's batch: the series numbered afresh
