@@ -25,6 +25,7 @@ stream's finaliser, or opening another stream), so the handler drains and raises
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 import threading
@@ -157,6 +158,22 @@ def _start_watcher() -> None:
         threading.Thread(target=_watch_loop, name="beam-nominal-sigint", daemon=True).start()
 
 
+def _frame_of(ident: int) -> FrameType | None:
+    """A thread's current frame. ``sys._current_frames`` holds the interpreter's thread-list lock
+    while it makes frame objects; in CPython releases without the fix of gh-106883 (3.11.7 among
+    them) a collection they trigger may free a ``threading.local``, whose clearing takes that
+    lock too, and the process hangs for good with the GIL held (seen in CI, in the Ctrl+C tests).
+    So the collector is paused around the call, as that fix does, if it was running."""
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return sys._current_frames().get(ident)
+    finally:
+        if paused:
+            gc.enable()
+
+
 def _watch_loop() -> None:
     """While streams are open: whenever a Ctrl+C is owed and the main thread is outside stream
     code, send SIGINT to the main thread. Plain reads of ``_owed`` (the handler sets it without a
@@ -167,7 +184,7 @@ def _watch_loop() -> None:
     while True:
         time.sleep(POLL)
         if _owed and main.ident is not None:
-            frame = sys._current_frames().get(main.ident)
+            frame = _frame_of(main.ident)
             if frame is not None and not _in_stateful_code(frame):
                 if signal.getsignal(signal.SIGINT) is _on_sigint:
                     _resent = True

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -146,3 +148,38 @@ def test_a_second_ctrl_c_after_the_first_was_raised_is_raised_too() -> None:
     clock.armed.clear()
     assert s.close().points == 1
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+_FRAMES_UNDER_COLLECTION = """
+import gc, sys, threading
+from beam_nominal._pipeline import interrupt
+
+main = threading.main_thread()
+stop = threading.Event()
+
+class Holder:
+    pass
+
+def waiting(depth):
+    return waiting(depth - 1) if depth else stop.wait()
+
+for _ in range(20):  # threads whose frames sys._current_frames makes under its lock
+    threading.Thread(target=waiting, args=(5,), daemon=True).start()
+gc.set_threshold(5, 1, 1)  # a collection every few objects, of every generation
+for _ in range(2000):
+    for _ in range(3):  # garbage holding a threading.local, freed by whichever collection runs
+        holder = Holder()
+        holder.local, holder.me = threading.local(), holder
+    interrupt._frame_of(main.ident)
+print("done")
+"""
+
+
+def test_the_watcher_reads_the_main_threads_frame_whatever_the_collector_frees() -> None:
+    # The watcher reads the main thread's frame with sys._current_frames, which in CPython 3.11.7
+    # hangs the process for good if a collection it triggers frees a threading.local (gh-106883;
+    # it hung a CI run). Without the collector paused this child never ends.
+    done = subprocess.run(
+        [sys.executable, "-c", _FRAMES_UNDER_COLLECTION], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert done.stdout.split() == ["done"]
