@@ -235,7 +235,7 @@ typedef struct {
     Py_ssize_t limit;   /* len(doubles) at which the batch is handed over */
     /* Channels of the bound fast map by their characters: a point's channel is most often a
      * new str (decoded, or formatted per element), whose hash and dict lookup cost ~340
-     * instructions where this costs ~60. An open-addressed table that keeps the first
+     * instructions where this costs ~90. An open-addressed table that keeps the first
      * CHANNEL_CACHED channels met and evicts none: channels come round in turn, and a cache
      * that evicts one for another misses on both every time (direct-mapped, 20 of 100 channels
      * collided); past them, channels take the dict lookup as with no cache. Valid while fast is

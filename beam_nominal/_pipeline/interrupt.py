@@ -163,7 +163,9 @@ def _frame_of(ident: int) -> FrameType | None:
     while it makes frame objects; in CPython releases without the fix of gh-106883 (3.11.7 among
     them) a collection they trigger may free a ``threading.local``, whose clearing takes that
     lock too, and the process hangs for good with the GIL held (seen in CI, in the Ctrl+C tests).
-    So the collector is paused around the call, as that fix does, if it was running."""
+    So the collector is paused around the call, as that fix does, if it was running (a thread
+    that disables it in those few bytecodes finds it enabled again: a rare, harmless loss, where
+    the hang loses the process)."""
     paused = gc.isenabled()
     if paused:
         gc.disable()
