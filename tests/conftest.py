@@ -1,0 +1,1 @@
+"""Makes ``tests/`` importable for the helpers shared by every tier (``_external``)."""
