@@ -31,6 +31,8 @@ class TargetError(BeamNominalError):
         rejected: batches of the request the server refused for good, by index into
             ``Request.batches``, with the server's reason (empty when it named none). Nothing
             of the request was stored, so the others may be sent again.
+        too_large: the request was refused for its size alone (HTTP 413, e.g. a proxy's body
+            limit): nothing was stored, and its halves may be taken.
     """
 
     def __init__(
@@ -41,8 +43,10 @@ class TargetError(BeamNominalError):
         code: str = "",
         retry_after: float | None = None,
         rejected: dict[int, str] | None = None,
+        too_large: bool = False,
     ) -> None:
         super().__init__(message)
+        self.too_large = too_large
         self.retryable = retryable
         self.code = code
         self.retry_after = retry_after

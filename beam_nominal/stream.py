@@ -41,7 +41,7 @@ from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
 from beam_nominal.model import SeriesKey, ValueType
 from beam_nominal.settings import BatchSettings, RetrySettings, UploadSettings, resolve
-from beam_nominal.targets.base import Request, Target
+from beam_nominal.targets.base import FIRST_CONTACT_TIMEOUT, Request, Target, first_contact
 
 __all__ = ["DeliveryReport", "NominalStream", "StreamState"]
 
@@ -306,34 +306,44 @@ class _Core:
             if entry is None:
                 return  # already written off by a timed-out close
             self.in_flight_bytes -= entry[1]
-            self.retries += outcome.retries
-            batches = request.batches
-            split = bool(outcome.rejected or outcome.refused_to_fallback)
-            if split:
-                for i, why in outcome.rejected.items():
-                    self._write_off(batches[i], why, rejected=True)
-                if outcome.refused_to_fallback:
-                    # Refused for good by the target, taken by the fallback: in the fallback,
-                    # as a request of their own.
-                    self.fallback_points += sum(len(batches[i]) for i in outcome.refused_to_fallback)
-                    self.fallback_requests += 1
-                gone = set(outcome.rejected).union(outcome.refused_to_fallback)
-                batches = [b for i, b in enumerate(batches) if i not in gone]
-            points = sum(len(b) for b in batches) if split else request.points
-            if batches and outcome.acknowledged:  # (no batches: every one was refused for good)
-                self.points_acked += points
-                self.requests_acked += 1
-                self.bytes_acked += outcome.nbytes
-                self.series_acked.update(b.key for b in batches)
-            elif batches and outcome.fallback:
-                self.fallback_points += points
-                self.fallback_requests += 1
-            else:
-                for b in batches:
-                    self._write_off(b, outcome.reason)
+            self._settle(request, outcome)
             self.full = self.buffer.nbytes + self.in_flight_bytes >= self.budget
             self.gate = self.full or not self.accepting
             self.cond.notify_all()
+
+    def _settle(self, request: Request, outcome: Outcome) -> None:
+        """Lock held: count every point of ``request`` once, as acknowledged, in the fallback or
+        failed; a request sent in parts (refused as too large) through each part's outcome."""
+        self.retries += outcome.retries
+        batches = request.batches
+        split = bool(outcome.rejected or outcome.refused_to_fallback)
+        if split:
+            for i, why in outcome.rejected.items():
+                self._write_off(batches[i], why, rejected=True)
+            if outcome.refused_to_fallback:
+                # Refused for good by the target, taken by the fallback: in the fallback,
+                # as a request of their own.
+                self.fallback_points += sum(len(batches[i]) for i in outcome.refused_to_fallback)
+                self.fallback_requests += 1
+            gone = set(outcome.rejected).union(outcome.refused_to_fallback)
+            batches = [b for i, b in enumerate(batches) if i not in gone]
+        if outcome.parts:
+            # What was left of the request went as these parts: each counts its own points.
+            for part, part_outcome in outcome.parts:
+                self._settle(part, part_outcome)
+            return
+        points = sum(len(b) for b in batches) if split else request.points
+        if batches and outcome.acknowledged:  # (no batches: every one was refused for good)
+            self.points_acked += points
+            self.requests_acked += 1
+            self.bytes_acked += outcome.nbytes
+            self.series_acked.update(b.key for b in batches)
+        elif batches and outcome.fallback:
+            self.fallback_points += points
+            self.fallback_requests += 1
+        else:
+            for b in batches:
+                self._write_off(b, outcome.reason)
 
     def _write_off(self, batch: SeriesBatch, reason: str, rejected: bool = False) -> None:
         n = len(batch)
@@ -724,6 +734,7 @@ class NominalStream(_WritesBase):
                     # We own the wrapper (and the fallback file), not the primary passed in.
                     made = _CloseOnlyFallback(made)
                 owns = True
+            first_contact(made, dataset_rid, min(FIRST_CONTACT_TIMEOUT, upload.attempt_timeout))
             self._core = core = _Core(made, owns, dataset_rid, batch, upload, retry, source_name, clock, workers)
         except BaseException:
             if owns:
@@ -959,6 +970,9 @@ class _CloseOnlyFallback:
 
     def send_fallback(self, request: Request, timeout: float | None = None, *, reason: Any = None) -> None:
         self._inner.send_fallback(request, timeout, reason=reason)
+
+    def probe(self, dataset_rid: str, timeout: float) -> None:
+        self._inner.probe(dataset_rid, timeout)
 
     @property
     def fallback_location(self) -> str:

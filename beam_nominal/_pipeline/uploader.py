@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.errors import TargetError
 from beam_nominal.settings import RetrySettings, UploadSettings
 from beam_nominal.targets.base import Request, Target
@@ -41,6 +42,10 @@ class Outcome:
             are about the others: the request went again without these.
         refused_to_fallback: batches the target refused for good (by index) that the fallback
             target took instead, as it takes any request the target finally refused.
+        parts: the target refused the request as too large (``TargetError.too_large``), so what
+            was left of it (its batches less ``rejected`` and ``refused_to_fallback``) went as
+            these smaller requests, each with its own outcome; ``acknowledged``/``fallback``/
+            ``reason`` are then about none of it.
     """
 
     acknowledged: bool
@@ -50,6 +55,7 @@ class Outcome:
     nbytes: int
     rejected: Mapping[int, str] = field(default_factory=dict)
     refused_to_fallback: tuple[int, ...] = ()
+    parts: tuple[tuple[Request, Outcome], ...] = ()
 
 
 class WorkerPool:
@@ -193,6 +199,16 @@ class Uploader:
                 return Outcome(True, False, "", attempt - 1, request.encoded_bytes)
             except TargetError as exc:
                 reason = f"{exc.code or type(exc).__name__}: {exc}"
+                if exc.too_large:
+                    halves = _halves(request)
+                    if halves is None:
+                        reason = f"a single point larger than the target takes in one request: {reason}"
+                        return self._to_fallback(request, reason, attempt - 1)
+                    # Each half is a request of its own (its own body and idempotency key: nothing
+                    # of this one was stored), delivered, retried or split again like any.
+                    _log.debug("request %d (%d points) too large; sent in halves", request.seq, request.points)
+                    parts = tuple((part, self._deliver(part)) for part in halves)
+                    return Outcome(False, False, "", attempt - 1, 0, parts=parts)
                 retryable, retry_after = exc.retryable, exc.retry_after
                 refused = exc.rejected
                 if any(not 0 <= i < len(index) for i in refused):
@@ -271,6 +287,33 @@ class Uploader:
             return f"; fallback failed too: {exc}"
         _log.warning("request %d (%d points) went to the fallback target: %s", request.seq, request.points, reason)
         return None
+
+
+def _halves(request: Request) -> tuple[Request, Request] | None:
+    """``request`` as two requests of half its points each (a series cut where the half falls),
+    in order; None for a single point. Depends only on the request, so a retried bundle splits
+    the same way."""
+    if request.points < 2:
+        return None
+    half = request.points // 2
+    first: list[SeriesBatch] = []
+    second: list[SeriesBatch] = []
+    seen = 0
+    for b in request.batches:
+        n = len(b)
+        if seen >= half:
+            second.append(b)
+        elif seen + n <= half:
+            first.append(b)
+        else:
+            k = half - seen
+            first.append(SeriesBatch(b.key, b.value_type, b.timestamps[:k], b.values[:k]))
+            second.append(SeriesBatch(b.key, b.value_type, b.timestamps[k:], b.values[k:]))
+        seen += n
+    return (
+        Request(request.dataset_rid, first, request.source_name, request.seq),
+        Request(request.dataset_rid, second, request.source_name, request.seq),
+    )
 
 
 def _part(request: Request, batches: Iterable[int]) -> Request:

@@ -13,6 +13,9 @@ WRITE_BATCHES = f"/{WRITER_SERVICE}/WriteBatches"
 #: Metadata key carrying a request's idempotency key. Servers that do not know it ignore it.
 IDEMPOTENCY_KEY = "x-idempotency-key"
 AUTHORIZATION = "authorization"
+#: Header (gRPC metadata and HTTP) marking a target's first contact (``targets.base.first_contact``):
+#: a write request without points, sent before any data, so logs and fault seams can tell it apart.
+FIRST_CONTACT = "x-beam-nominal-first-contact"
 
 #: The prefix of Nominal's base URL (``https://HOST/api``); the local server serves the HTTP
 #: paths below both under it and without it.

@@ -63,6 +63,7 @@ from beam_nominal.beam._elements import (
 from beam_nominal.beam._metrics import MeasuredTarget, SinkMetrics
 from beam_nominal.settings import resolve
 from beam_nominal.targets.avro_prefix import is_prefix
+from beam_nominal.targets.base import FIRST_CONTACT_TIMEOUT, first_contact
 
 _LOG = logging.getLogger(__name__)
 
@@ -288,10 +289,20 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
 
     def setup(self) -> None:
         self._target, self._target_key = SHARED_TARGETS.acquire(self._config)
+        settings = resolve(owner="WriteToNominal", **self._config.settings)
+        try:
+            # A wrong URL, host or token fails the worker's setup in seconds, naming the target,
+            # rather than each bundle after its whole retry budget.
+            first_contact(
+                self._target, self._config.dataset_rid, min(FIRST_CONTACT_TIMEOUT, settings.upload.attempt_timeout)
+            )
+        except BaseException:
+            SHARED_TARGETS.release(self._target, self._target_key)
+            self._target = self._target_key = None
+            raise
         self._measured = MeasuredTarget(self._target)
         self._metrics = SinkMetrics()
         self._lineage = report_lineage(self._config.target, self._config.dataset_rid)
-        settings = resolve(owner="WriteToNominal", **self._config.settings)
         self._workers = WorkerPool(settings.upload.max_in_flight)
 
     def start_bundle(self) -> None:

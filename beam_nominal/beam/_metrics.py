@@ -14,6 +14,8 @@ from typing import Any
 
 from apache_beam.metrics.metric import Metrics
 
+from beam_nominal.targets.base import first_contact
+
 __all__ = ["NAMESPACE", "MeasuredTarget", "SinkMetrics"]
 
 NAMESPACE = "beam_nominal"
@@ -67,6 +69,11 @@ class MeasuredTarget:
         elapsed = time.perf_counter() - t0
         with self._lock:
             self._samples.append((int(request.points), elapsed))
+
+    def probe(self, dataset_rid: str, timeout: float) -> None:
+        """The inner target's first contact (it remembers a success, so bundles after the first
+        send nothing for it)."""
+        first_contact(self.inner, dataset_rid, timeout)
 
     @property
     def preferred_request_bytes(self) -> int | None:

@@ -11,8 +11,18 @@ from typing import Protocol, runtime_checkable
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal._wire.encode import encode_request
 from beam_nominal._wire.metadata import idempotency_key
+from beam_nominal.errors import TargetError
 
 _TIMESTAMPS = operator.attrgetter("timestamps")
+
+#: Seconds a first contact (:func:`first_contact`) may take: a refused connection, an unknown host,
+#: a certificate or a token that is wrong answer in milliseconds; this bounds a server that is slow.
+FIRST_CONTACT_TIMEOUT = 10.0
+
+#: What the system says when nothing accepts a connection at the address (errno text, the same in
+#: gRPC's messages): at first contact a wrong URL or a server not running, not an outage. A
+#: connection accepted and then reset is neither, and stays retryable.
+UNREACHABLE = ("Connection refused", "No route to host", "Network is unreachable")
 
 #: A token, or a callable returning the current token (called per request so it can refresh).
 TokenSource = str | Callable[[], str] | None
@@ -87,8 +97,36 @@ class Target(Protocol):
     ``send`` returns only when the destination has durably accepted the whole request, and raises
     :class:`~beam_nominal.errors.TargetError` otherwise (``retryable`` set as appropriate). It
     must give up by ``timeout`` seconds when one is given.
+
+    A target may also have ``probe(dataset_rid, timeout)``, the first contact
+    (:func:`first_contact`).
     """
 
     def send(self, request: Request, timeout: float | None = None) -> None: ...
 
     def close(self) -> None: ...
+
+
+def first_contact(target: object, dataset_rid: str, timeout: float = FIRST_CONTACT_TIMEOUT) -> None:
+    """Check, before any data is sent, that ``target`` can take ``dataset_rid``'s requests at all.
+
+    Calls the target's ``probe(dataset_rid, timeout)`` if it has one (targets without, such as a
+    local Avro file, have nothing to check beyond their construction). A probe sends one request
+    without points (stored as nothing) and raises a permanent
+    :class:`~beam_nominal.errors.TargetError` for what retrying cannot fix: a refused connection,
+    an unknown host, a TLS failure, a refused token, an unknown dataset or endpoint. An answer that
+    may be an outage (a timeout, 502/503, UNAVAILABLE without a refused connection) passes: the
+    uploader's retry budget rides it out. After one real answer the target remembers it, so later
+    streams on it (one per Beam bundle) and outages after that send nothing more and fail nothing
+    sooner.
+    """
+    probe = getattr(target, "probe", None)
+    if callable(probe):
+        probe(dataset_rid, timeout)
+
+
+def first_contact_error(where: str, why: str, check: str, code: str) -> TargetError:
+    """The permanent error a probe raises: the target (a URL without secrets), what happened, what
+    to check."""
+    message = f"{where}: first contact failed: {why}; {check}. Nothing was written."
+    return TargetError(message, retryable=False, code=code)

@@ -37,7 +37,7 @@ import time
 import weakref
 
 from beam_nominal.errors import TargetError
-from beam_nominal.targets.base import Request, Target
+from beam_nominal.targets.base import FIRST_CONTACT_TIMEOUT, Request, Target, first_contact
 
 __all__ = ["FallbackTarget", "TeeError", "TeeTarget", "with_fallback"]
 
@@ -77,6 +77,13 @@ class FallbackTarget:
     def send(self, request: Request, timeout: float | None = None) -> None:
         """Send to the primary only; its errors propagate unchanged for the uploader to judge."""
         self.primary.send(request, timeout)
+
+    def probe(self, dataset_rid: str, timeout: float = FIRST_CONTACT_TIMEOUT) -> None:
+        """First contact with both targets: a fallback takes what the primary *finally* refused, so
+        a primary that cannot be reached at all (a wrong URL or token) fails here rather than
+        sending the whole stream to the fallback."""
+        first_contact(self.primary, dataset_rid, timeout)
+        first_contact(self.fallback, dataset_rid, timeout)
 
     def send_fallback(
         self, request: Request, timeout: float | None = None, *, reason: BaseException | None = None
@@ -191,6 +198,12 @@ class TeeTarget:
         # request object, so abandoned requests cost nothing.
         self._acked: weakref.WeakKeyDictionary[Request, frozenset[int]] = weakref.WeakKeyDictionary()
         self._closed = False
+
+    def probe(self, dataset_rid: str, timeout: float = FIRST_CONTACT_TIMEOUT) -> None:
+        """First contact with every target, in order: a request is acknowledged only when all
+        have taken it, so each must be reachable."""
+        for target in self.targets:
+            first_contact(target, dataset_rid, timeout)
 
     def send(self, request: Request, timeout: float | None = None) -> None:
         """Send to every target that has not acknowledged this request yet.

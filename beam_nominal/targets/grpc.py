@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import urllib.parse
@@ -11,9 +12,11 @@ import grpc
 
 from beam_nominal._wire import metadata
 from beam_nominal.errors import TargetError
-from beam_nominal.targets.base import Request, TokenSource
+from beam_nominal.targets.base import FIRST_CONTACT_TIMEOUT, UNREACHABLE, Request, TokenSource, first_contact_error
 
 __all__ = ["GrpcTarget", "TokenSource"]
+
+_log = logging.getLogger(__name__)
 
 
 # CANCELLED is included because we never cancel our own calls: it arrives when the server shuts
@@ -40,6 +43,10 @@ def _retryable(code: grpc.StatusCode, details: str) -> bool:
     if code == grpc.StatusCode.UNAVAILABLE and any(m in details for m in _TLS_FAILURES):
         return False
     return code in _RETRYABLE
+
+
+#: What gRPC says when the host has no address: at first contact a wrong URL, not an outage.
+_UNKNOWN_HOST = ("DNS resolution failed", "errors resolving", "Domain name not found", "Name or service not known")
 
 
 def _identity(b: bytes) -> bytes:
@@ -104,6 +111,8 @@ class GrpcTarget:
         )
         self._closed = False
         self._lock = threading.Lock()
+        #: Datasets a probe had a real answer for (see :meth:`probe`).
+        self._contacted: set[str] = set()
 
     def __repr__(self) -> str:
         return f"GrpcTarget({self.url!r}, token={'<set>' if self._token else None})"
@@ -119,8 +128,10 @@ class GrpcTarget:
         token = self._token() if callable(self._token) else self._token
         return f"Bearer {token}" if token else None
 
-    def send(self, request: Request, timeout: float | None = None) -> None:
+    def send(self, request: Request, timeout: float | None = None, *, first_contact: bool = False) -> None:
         """Send one request; return when the server acknowledged it.
+
+        ``first_contact`` marks the call as :meth:`probe`'s (``metadata.FIRST_CONTACT``).
 
         Raises:
             TargetError: with ``retryable`` True for UNAVAILABLE, RESOURCE_EXHAUSTED,
@@ -135,6 +146,8 @@ class GrpcTarget:
             raise TargetError(f"token callable failed: {type(exc).__name__}", retryable=True, code="TOKEN") from None
         if auth is not None:
             md.append((metadata.AUTHORIZATION, auth))
+        if first_contact:
+            md.append((metadata.FIRST_CONTACT, "1"))
         try:
             self._call(request.body, timeout=timeout, metadata=tuple(md), wait_for_ready=False)
         except grpc.RpcError as exc:
@@ -153,6 +166,52 @@ class GrpcTarget:
             ) from None
         except ValueError as exc:  # the channel was closed under us
             raise TargetError(f"{self.url}: {exc}", retryable=False, code="CLOSED") from None
+
+    def probe(self, dataset_rid: str, timeout: float = FIRST_CONTACT_TIMEOUT) -> None:
+        """First contact (:func:`~beam_nominal.targets.base.first_contact`): one
+        ``WriteColumnBatches`` without batches for ``dataset_rid``, which stores nothing.
+
+        Raises:
+            TargetError: permanent, naming the URL and what to check: unknown host, connection
+                refused, TLS failure, UNAUTHENTICATED/PERMISSION_DENIED (token), NOT_FOUND
+                (dataset), UNIMPLEMENTED (use HTTP). Another UNAVAILABLE or DEADLINE_EXCEEDED
+                passes (an outage the uploader rides out).
+        """
+        if dataset_rid in self._contacted:
+            return
+        try:
+            self.send(Request(dataset_rid, ()), timeout=timeout, first_contact=True)
+        except TargetError as exc:
+            text = str(exc).removeprefix(f"{self.url}: ")
+            if exc.code in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+                raise first_contact_error(
+                    self.url,
+                    f"{exc.code}, the token was refused or lacks access to dataset {dataset_rid!r}",
+                    "check token= (or NOMINAL_TOKEN) and the dataset's permissions",
+                    exc.code,
+                ) from None
+            if exc.code == "NOT_FOUND":
+                raise first_contact_error(self.url, text, f"check dataset_rid ({dataset_rid!r})", exc.code) from None
+            if exc.code == "UNIMPLEMENTED":
+                raise first_contact_error(self.url, text, "check the URL", exc.code) from None
+            if exc.code == "UNAVAILABLE" and not exc.retryable:
+                raise first_contact_error(
+                    self.url, text, "check grpc:// versus grpcs://, the certificate and ca_file=", "TLS"
+                ) from None
+            if exc.code == "UNAVAILABLE" and any(m in text for m in _UNKNOWN_HOST):
+                raise first_contact_error(self.url, f"unknown host: {text}", "check the host name", exc.code) from None
+            if exc.code == "UNAVAILABLE" and any(m in text for m in UNREACHABLE):
+                raise first_contact_error(
+                    self.url, text, "check the host and port, and that the server is running", exc.code
+                ) from None
+            if exc.retryable:
+                _log.warning("%s: no answer at first contact (%s); writes retry within their budget", self.url, exc)
+                return
+            if exc.code == "CLOSED":
+                raise
+        # Any other answer (OK, or a server refusing a request without points) came from a server
+        # that took the connection and the token.
+        self._contacted.add(dataset_rid)
 
     def close(self) -> None:
         """Close the channel; idempotent."""

@@ -38,7 +38,7 @@ import zstandard
 import beam_nominal
 from beam_nominal._wire import metadata
 from beam_nominal.errors import TargetError
-from beam_nominal.targets.base import Request, TokenSource
+from beam_nominal.targets.base import FIRST_CONTACT_TIMEOUT, UNREACHABLE, Request, TokenSource, first_contact_error
 
 __all__ = ["FORMATS", "HttpTarget", "check_base_url", "check_options", "retry_after_seconds"]
 
@@ -202,6 +202,11 @@ class HttpTarget:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._closed = False
+        #: A probe had a real answer (see :meth:`probe`).
+        self._contacted = False
+        #: The smallest body the server refused as too large (HTTP 413), once it has: bodies of
+        #: that size or more are refused here without a round trip (see :meth:`send`).
+        self._refused_bytes: int | None = None
 
     @property
     def format(self) -> str:
@@ -260,6 +265,7 @@ class HttpTarget:
                 code="DATASET",
             )
         form = self._format
+        self._check_size(request, form)
         status, answer, headers = self._post(request, form, timeout)
         text = answer[:_MAX_QUOTED]
         if status in _NO_COLUMNAR_STATUS and form == "columnar":
@@ -295,11 +301,25 @@ class HttpTarget:
         if status == 401 or status == 403:
             raise TargetError(f"{where}: the token was refused: {text}", retryable=False, code=f"HTTP {status}")
         if status == 413:
+            size = len(self._body(request, form)[0])
+            with self._lock:
+                first = self._refused_bytes is None
+                if first or size < self._refused_bytes:  # type: ignore[operator]
+                    self._refused_bytes = size
+            if first:
+                _log.warning(
+                    "%s refused a request of %d bytes (%d points) as too large (HTTP 413: a body limit, often "
+                    "a proxy's); requests that big are split from now on (max_request_bytes= sets their size)",
+                    self.url,
+                    size,
+                    request.points,
+                )
             raise TargetError(
-                f"{where}: the server refused a request of {len(self._body(request, form)[0]):,} bytes "
-                f"({request.points:,} points) as too large; give a smaller max_request_bytes. Server said: {text}",
+                f"{where}: the server refused a request of {size:,} bytes ({request.points:,} points) as too "
+                f"large. Server said: {text}",
                 retryable=False,
                 code="HTTP 413",
+                too_large=True,
             )
         if 300 <= status < 400:
             raise TargetError(
@@ -309,12 +329,101 @@ class HttpTarget:
             )
         raise TargetError(f"{where}: {text}", retryable=False, code=f"HTTP {status}", rejected=_rejected(answer))
 
-    def _post(self, request: Request, form: str, timeout: float | None) -> tuple[int, str, Any]:
+    def probe(self, dataset_rid: str | None = None, timeout: float = FIRST_CONTACT_TIMEOUT) -> None:
+        """First contact (:func:`~beam_nominal.targets.base.first_contact`): one row request
+        without points to this target's dataset, which the local server and Nominal both answer
+        after checking the token and (Nominal) the dataset; nothing is stored.
+
+        Raises:
+            TargetError: permanent, naming the URL and what to check: unknown host, connection
+                refused, TLS failure, HTTP 401/403 (token), 404 (dataset or base URL), a redirect.
+                A timeout or a retryable status passes (an outage the uploader rides out).
+        """
+        if self._contacted:
+            return
+        if dataset_rid is not None and dataset_rid != self.dataset_rid:
+            raise TargetError(
+                f"{self!r} writes to dataset {self.dataset_rid!r}, not {dataset_rid!r}", retryable=False, code="DATASET"
+            )
+        host = urllib.parse.urlsplit(self.url).netloc
+        try:
+            status, answer, headers = self._post(Request(self.dataset_rid, ()), "row", timeout, first_contact=True)
+        except TargetError as exc:
+            text = str(exc).removeprefix(f"{self._urls['row']}: ")
+            if exc.code == "NameResolutionError":
+                raise first_contact_error(self.url, f"unknown host: {text}", "check the host name", exc.code) from None
+            if exc.code == "NewConnectionError" and any(m in text for m in UNREACHABLE):
+                raise first_contact_error(
+                    self.url,
+                    f"nothing accepts connections at {host}: {text}",
+                    "check the host and port, and that the server is running",
+                    exc.code,
+                ) from None
+            if exc.code == "SSLError":
+                raise first_contact_error(
+                    self.url,
+                    text,
+                    "check http:// versus https://, the server's certificate and host name, and ca_file=",
+                    exc.code,
+                ) from None
+            if not exc.retryable:
+                raise
+            _log.warning("%s: no answer at first contact (%s); writes will retry within their budget", self.url, exc)
+            return
+        text = answer[:_MAX_QUOTED]
+        if status in (401, 403):
+            raise first_contact_error(
+                self.url,
+                f"HTTP {status}, the token was refused or lacks access to dataset {self.dataset_rid!r}: {text}",
+                "check token= (or NOMINAL_TOKEN) and the dataset's permissions",
+                f"HTTP {status}",
+            )
+        if status == 404:
+            raise first_contact_error(
+                self._urls["row"],
+                f"HTTP 404, no dataset {self.dataset_rid!r} or no Nominal write API there: {text}",
+                "check dataset_rid and the base URL (Nominal's is https://HOST/api)",
+                "HTTP 404",
+            )
+        if 300 <= status < 400:
+            raise first_contact_error(
+                self.url,
+                f"HTTP {status}, redirected to {headers.get('Location')!r}",
+                "give that base URL instead",
+                f"HTTP {status}",
+            )
+        if status in _RETRYABLE_STATUS:
+            _log.warning("%s: HTTP %d at first contact; writes will retry within their budget", self.url, status)
+            return
+        self._contacted = True
+
+    def _check_size(self, request: Request, form: str) -> None:
+        """Refuse, as the server would, a body at least as big as one it refused as too large:
+        the uploader splits it without a round trip. The same parts come out as if the server
+        had been asked, so a retried bundle sends the same requests with the same keys."""
+        limit = self._refused_bytes
+        if limit is None:
+            return
+        size = len(self._body(request, form)[0])
+        if size >= limit:
+            raise TargetError(
+                f"{self._urls[form]}: a request of {size:,} bytes ({request.points:,} points) is at least the "
+                f"{limit:,} bytes the server refused as too large (HTTP 413)",
+                retryable=False,
+                code="HTTP 413",
+                too_large=True,
+            )
+
+    def _post(
+        self, request: Request, form: str, timeout: float | None, first_contact: bool = False
+    ) -> tuple[int, str, Any]:
         if self._closed:
             raise TargetError(f"{self!r} is closed", retryable=False, code="CLOSED")
         deadline = None if timeout is None else time.monotonic() + timeout
         body, key = self._body(request, form)
         headers = {**self._headers, metadata.HTTP_IDEMPOTENCY_KEY: key}
+        if first_contact:
+            headers[metadata.FIRST_CONTACT] = "1"
         token = self._current_token()
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"

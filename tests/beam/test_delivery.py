@@ -10,6 +10,7 @@ import apache_beam as beam
 import grpc
 import numpy as np
 import pytest
+from _first_contact import grpc_probe
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -34,7 +35,7 @@ class Faults(grpc.ServerInterceptor):  # type: ignore[misc]
         self.code = grpc.StatusCode.INVALID_ARGUMENT
 
     def intercept_service(self, continuation: Any, details: Any) -> Any:
-        if details.method != md.WRITE_COLUMN_BATCHES:
+        if details.method != md.WRITE_COLUMN_BATCHES or grpc_probe(details):
             return continuation(details)
         with self.lock:
             self.seen += 1

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from beam_nominal.errors import DeliveryError
+from beam_nominal.errors import DeliveryError, TargetError
 from beam_nominal.server import LocalServer, LocalStore
 from beam_nominal.stream import NominalStream
 from beam_nominal.targets.grpc import GrpcTarget
@@ -41,7 +41,14 @@ def test_token_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_a_wrong_token_is_a_permanent_failure_not_retried(tmp_path: Path) -> None:
     with LocalServer(tmp_path / "data", token="right") as srv:
-        s = NominalStream(srv.target, dataset_rid=RID, token="tok-9f8e7d", linger=None, initial_backoff=0.001)
+        # Refused at the first contact, when the stream opens: nothing is retried.
+        with pytest.raises(TargetError, match="UNAUTHENTICATED") as refused:
+            NominalStream(srv.target, dataset_rid=RID, token="tok-9f8e7d", linger=None, initial_backoff=0.001)
+        assert not refused.value.retryable and "tok-9f8e7d" not in str(refused.value)
+        # A token refused after the first contact (a callable whose token was revoked): the
+        # stream's requests fail at once, without retries.
+        tokens = iter(["right", "tok-9f8e7d"])
+        s = NominalStream(srv.target, dataset_rid=RID, token=lambda: next(tokens), linger=None, initial_backoff=0.001)
         s.enqueue_batch("a", np.arange(T, T + 10), np.ones(10))
         with pytest.raises(DeliveryError, match="UNAUTHENTICATED") as info:
             s.close()

