@@ -1,7 +1,7 @@
 """``beam-nominal``: run the local ingest server, or inspect what one stored.
 
     beam-nominal serve --data-dir DIR [--host 127.0.0.1] [--port 50051] [--http-port N]
-                       [--token-file F | --token T] [--tls-cert F --tls-key F]
+                       [--token-file F | --token T] [--tls-cert F --tls-key F] [--insecure]
     beam-nominal inspect (--data-dir DIR | --target URL) [--dataset RID] [--channel C ...] [--token T]
                          [--format table|csv|json] [--plot FILE.png]
 
@@ -9,7 +9,9 @@
 ``--http-port`` ``listening on grpc://HOST:PORT and http://HOST:PORT/api`` (the second URL is the
 base URL Nominal's HTTP clients take; ``grpcs``/``https`` with TLS), and stops gracefully on
 SIGINT/SIGTERM. The token may also come from the ``NOMINAL_TOKEN`` variable or, for ``serve``, a
-file (``--token-file``): both keep it out of ``ps``, which shows ``--token``.
+file (``--token-file``): both keep it out of ``ps``, which shows ``--token``. On an interface other
+than loopback, ``serve`` refuses to start without a token, and with a token but without TLS
+(``--tls-cert``/``--tls-key``, which serve both listeners), unless ``--insecure`` says so.
 """
 
 from __future__ import annotations
@@ -48,8 +50,13 @@ def _parser() -> argparse.ArgumentParser:
         help=f"require 'authorization: Bearer TOKEN' (default: ${_TOKEN_ENV}); visible in ps: prefer --token-file",
     )
     s.add_argument("--token-file", help="read the token from this file (its first line)")
-    s.add_argument("--tls-cert", help="PEM certificate chain; with --tls-key serves grpcs://")
+    s.add_argument("--tls-cert", help="PEM certificate chain; with --tls-key serves grpcs:// and https://")
     s.add_argument("--tls-key", help="PEM private key")
+    s.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve on an interface other than loopback without a token, or a token without TLS",
+    )
     s.add_argument("--grace", type=float, default=30.0, help="seconds in-flight calls get at shutdown")
 
     i = sub.add_parser("inspect", help="list stored series (and points of one channel)")
@@ -103,6 +110,10 @@ def _serve(args: argparse.Namespace) -> int:
         if token is None:
             print(f"beam-nominal serve: --token-file {args.token_file} is empty", file=sys.stderr)
             return 2
+    refusal = _exposure(args.host, token is not None, args.tls_cert is not None, args.insecure)
+    if refusal:
+        print(f"beam-nominal serve: {refusal}", file=sys.stderr)
+        return 2
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -132,6 +143,52 @@ def _serve(args: argparse.Namespace) -> int:
     # Acknowledged writes are already durable; the grace only lets calls in progress finish.
     server.stop(grace=args.grace)
     return 0
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` binds loopback only: a loopback address, or a name all of whose addresses
+    are loopback (``localhost``). A name that does not resolve is not loopback."""
+    import ipaddress
+    import socket
+
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
+
+
+def _exposure(host: str, token: bool, tls: bool, insecure: bool) -> str | None:
+    """Why ``serve`` refuses to start on ``host`` as configured (None: it may start).
+
+    Protected by default: beyond loopback, anyone who can reach the machine could write into (and
+    read back) every dataset without a token, and a token without TLS crosses the network in
+    clear (TLS covers both listeners). ``--insecure`` says the user means it; it is then warned.
+    """
+    if _is_loopback(host):
+        return None
+    if not token:
+        why = (
+            f"--host {host} is reachable beyond this machine and no token is set: anyone who can reach it could "
+            "write into and read back every dataset. Give a token (--token-file FILE, or NOMINAL_TOKEN) and "
+            "--tls-cert FILE --tls-key FILE, or add --insecure if an open server is what you mean"
+        )
+    elif not tls:
+        why = (
+            f"--host {host} is reachable beyond this machine and the token would cross the network in clear. Give "
+            "--tls-cert FILE --tls-key FILE (both listeners, gRPC and HTTP, use them), or add --insecure if "
+            "that is what you mean"
+        )
+    else:
+        return None
+    if insecure:
+        print(f"beam-nominal serve: warning (--insecure): {why.split('. ')[0]}", file=sys.stderr)
+        return None
+    return why
 
 
 def _iso(ns: int) -> str:
