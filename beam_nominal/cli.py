@@ -1,9 +1,11 @@
-"""``beam-nominal``: run the local ingest server, or inspect what one stored.
+"""``beam-nominal``: run the local ingest server, list, inspect or delete what one stored.
 
     beam-nominal serve --data-dir DIR [--host 127.0.0.1] [--port 50051] [--http-port N]
                        [--token-file F | --token T] [--tls-cert F --tls-key F] [--insecure]
-    beam-nominal inspect (--data-dir DIR | --target URL) [--dataset RID] [--channel C ...] [--token T]
-                         [--format table|csv|json] [--plot FILE.png]
+    beam-nominal datasets --data-dir DIR
+    beam-nominal inspect (--data-dir DIR | --target URL) [--dataset RID] [--channel C ...] [--tag K=V ...]
+                         [--start T] [--end T] [--token T] [--format table|csv|json] [--plot FILE.png]
+    beam-nominal delete --data-dir DIR --dataset RID [--channel C ...] [--tag K=V ...] [--yes]
 
 ``serve`` prints exactly one line once it accepts calls, ``listening on grpc://HOST:PORT``, or with
 ``--http-port`` ``listening on grpc://HOST:PORT and http://HOST:PORT/api`` (the second URL is the
@@ -36,7 +38,7 @@ _TOKEN_ENV = "NOMINAL_TOKEN"
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="beam-nominal", description="Run the local ingest server, or inspect what one stored."
+        prog="beam-nominal", description="Run the local ingest server; list, inspect or delete what one stored."
     )
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -59,6 +61,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--grace", type=float, default=30.0, help="seconds in-flight calls get at shutdown")
 
+    d = sub.add_parser("datasets", help="list the datasets of a data directory")
+    d.add_argument("--data-dir", required=True, help="the server's data directory")
+
+    x = sub.add_parser("delete", help="delete a dataset, or some of its series, from a data directory")
+    x.add_argument("--data-dir", required=True, help="the server's data directory (the server must be stopped)")
+    x.add_argument("--dataset", required=True, help="the dataset rid")
+    x.add_argument("--channel", action="append", default=[], help="only series of this channel (repeat for more)")
+    x.add_argument(
+        "--tag", action="append", default=[], metavar="K=V", help="only series with this tag (repeat: all must match)"
+    )
+    x.add_argument("--yes", action="store_true", help="do not ask before deleting")
+
     i = sub.add_parser("inspect", help="list stored series (and points of one channel)")
     src = i.add_mutually_exclusive_group(required=True)
     src.add_argument("--data-dir", help="read a data directory directly")
@@ -69,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         help="also print the first and last points of this channel (repeat for more)",
     )
+    i.add_argument(
+        "--tag", action="append", default=[], metavar="K=V", help="only series with this tag (repeat: all must match)"
+    )
+    i.add_argument("--start", help="only points at or after this time: ISO-8601 with a zone, or int ns since the epoch")
+    i.add_argument("--end", help="only points before this time: ISO-8601 with a zone, or int ns since the epoch")
     i.add_argument("--points", type=int, default=5, help="points shown at each end with --channel")
     i.add_argument(
         "--format",
@@ -210,7 +229,7 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
 
     from beam_nominal.server import LocalStore, RemoteStore
 
-    store: LocalStore | RemoteStore
+    store: LocalStore | RemoteStore | _Window
     if args.target:
         roots = None
         if args.ca_cert:
@@ -224,16 +243,33 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
             print(f"beam-nominal inspect: no directory {args.data_dir}", file=sys.stderr)
             return 1
         store = LocalStore(args.data_dir)
+    where = args.target or args.data_dir
+    source = store
     try:
         if args.plot and not args.channel:
             print("beam-nominal inspect: --plot needs --channel (one or more)", file=sys.stderr)
             return 2
-        datasets = [args.dataset] if args.dataset else store.list_datasets()
+        try:
+            wanted = _tags(args.tag)
+            start = _time_ns(args.start, "--start")
+            end = _time_ns(args.end, "--end")
+        except ValueError as exc:
+            print(f"beam-nominal inspect: {exc}", file=sys.stderr)
+            return 2
+        known = store.list_datasets()
+        if args.dataset and args.dataset not in known:
+            print(f"beam-nominal inspect: no dataset {args.dataset!r} in {where}{_among(known)}", file=sys.stderr)
+            return 1
+        datasets = [args.dataset] if args.dataset else known
+        if start is not None or end is not None:
+            store = _Window(store, start, end)
         rows = [["dataset", "channel", "tags", "type", "count", "first", "last"]]
         shown = []
         for rid in datasets:
             for s in store.list_series(rid):
                 if args.channel is not None and s.channel not in args.channel:
+                    continue
+                if any(s.tags.get(k) != v for k, v in wanted.items()):
                     continue
                 tags = ",".join(f"{k}={v}" for k, v in sorted(s.tags.items()))
                 rows.append(
@@ -248,9 +284,17 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
                     ]
                 )
                 shown.append(s)
-        if not shown:
-            print("no series", file=sys.stderr if args.format != "table" else out)
-            return 1 if args.plot else 0
+        missing = [c for c in args.channel or () if c not in {s.channel for s in shown}]
+        if missing or not shown:
+            # Nothing to show is an answer a script must not take for success.
+            what = ", ".join(f"channel {c!r}" for c in missing) if missing else "series"
+            filters = [f"tag {k}={v}" for k, v in wanted.items()]
+            if start is not None or end is not None:
+                filters.append(f"points in [{args.start or '-inf'}, {args.end or '+inf'})")
+            scope = f"dataset {args.dataset!r}" if args.dataset else where
+            with_ = f" with {' and '.join(filters)}" if filters else ""
+            print(f"beam-nominal inspect: no {what} in {scope}{with_}", file=sys.stderr)
+            return 1
         if args.channel is not None:
             # Panels and points in the order the channels were asked for.
             shown.sort(key=lambda s: args.channel.index(s.channel))
@@ -286,9 +330,159 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
         print(f"beam-nominal inspect: {exc}", file=sys.stderr)
         return 1
     finally:
-        if isinstance(store, RemoteStore):
-            store.close()
+        if isinstance(source, RemoteStore):
+            source.close()
     return 0
+
+
+def _tags(pairs: Sequence[str]) -> dict[str, str]:
+    """``--tag K=V`` options as a dict.
+
+    Raises:
+        ValueError: one without ``=`` or with an empty key.
+    """
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--tag takes KEY=VALUE, got {pair!r}")
+        out[key] = value
+    return out
+
+
+def _time_ns(text: str | None, option: str) -> int | None:
+    """An ``--start``/``--end`` value as int ns: digits are ns since the epoch, anything else
+    ISO-8601 with a zone (a naive time is refused, as everywhere in beam_nominal).
+
+    Raises:
+        ValueError: neither, naming the option.
+    """
+    if text is None:
+        return None
+    from beam_nominal.model import timestamp_ns
+
+    try:
+        return int(text) if text.lstrip("-").isdigit() else timestamp_ns(text)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{option} {text!r}: {exc}") from None
+
+
+def _among(known: Sequence[str]) -> str:
+    if not known:
+        return " (it holds none)"
+    shown = ", ".join(repr(k) for k in known[:10])
+    return f" (it holds {shown}{', ...' if len(known) > 10 else ''}; beam-nominal datasets lists them)"
+
+
+class _Window:
+    """A store seen through ``[start, end)``: series with no point inside are left out, counts and
+    bounds are of the points inside, and reads return only those."""
+
+    def __init__(self, store: Any, start: int | None, end: int | None) -> None:
+        self._store, self._start, self._end = store, start, end
+
+    def list_datasets(self) -> list[str]:
+        return list(self._store.list_datasets())
+
+    def read(self, dataset_rid: str, channel: str, tags: Any = None) -> Any:
+        import pyarrow.compute as pc
+
+        table = self._store.read(dataset_rid, channel, tags)
+        ts = table.column("timestamp")
+        keep = None
+        if self._start is not None:
+            keep = pc.greater_equal(ts, self._start)
+        if self._end is not None:
+            before = pc.less(ts, self._end)
+            keep = before if keep is None else pc.and_(keep, before)
+        return table if keep is None else table.filter(keep)
+
+    def list_series(self, dataset_rid: str) -> list[Any]:
+        import dataclasses
+
+        out = []
+        for s in self._store.list_series(dataset_rid):
+            if (self._start is not None and s.max_timestamp_ns < self._start) or (
+                self._end is not None and s.min_timestamp_ns >= self._end
+            ):
+                continue
+            ts = self.read(dataset_rid, s.channel, s.tags).column("timestamp").to_numpy()
+            if ts.size:
+                lo, hi = int(ts.min()), int(ts.max())
+                out.append(dataclasses.replace(s, count=int(ts.size), min_timestamp_ns=lo, max_timestamp_ns=hi))
+        return out
+
+
+def _datasets(args: argparse.Namespace, out: TextIO) -> int:
+    from beam_nominal.server import LocalStore
+
+    if not os.path.isdir(args.data_dir):
+        print(f"beam-nominal datasets: no directory {args.data_dir}", file=sys.stderr)
+        return 1
+    store = LocalStore(args.data_dir)
+    rows = [["dataset", "series", "points", "first", "last"]]
+    for rid in store.list_datasets():
+        series = store.list_series(rid)
+        points = sum(s.count for s in series)
+        first = _iso(min(s.min_timestamp_ns for s in series)) if series else "-"
+        last = _iso(max(s.max_timestamp_ns for s in series)) if series else "-"
+        rows.append([rid, str(len(series)), str(points), first, last])
+    if len(rows) == 1:
+        print(f"beam-nominal datasets: no dataset in {args.data_dir}", file=sys.stderr)
+        return 1
+    _table(rows, out)
+    return 0
+
+
+def _delete(args: argparse.Namespace, out: TextIO) -> int:
+    from beam_nominal.server import LocalStore
+    from beam_nominal.server._delete import DataDirBusyError, delete, plan
+
+    if not os.path.isdir(args.data_dir):
+        print(f"beam-nominal delete: no directory {args.data_dir}", file=sys.stderr)
+        return 1
+    try:
+        wanted = _tags(args.tag)
+    except ValueError as exc:
+        print(f"beam-nominal delete: {exc}", file=sys.stderr)
+        return 2
+    store = LocalStore(args.data_dir)
+    try:
+        todo = plan(store, args.dataset, args.channel, wanted)
+    except KeyError as exc:
+        known = store.list_datasets()
+        hint = "" if args.dataset in known else _among(known)
+        print(f"beam-nominal delete: {exc.args[0]}{hint}", file=sys.stderr)
+        return 1
+    what = (
+        f"dataset {todo.dataset_rid!r} ({len(todo.series)} series, {_points(todo.points)})"
+        if todo.whole
+        else f"{len(todo.series)} series ({_points(todo.points)}) of dataset {todo.dataset_rid!r}"
+    )
+    print(f"will delete {what} from {args.data_dir}:", file=out)
+    for key, count in list(todo.series.items())[:20]:
+        print(f"  {key.describe()}  {_points(count)}", file=out)
+    if len(todo.series) > 20:
+        print(f"  ... and {len(todo.series) - 20} more series", file=out)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("beam-nominal delete: not confirmed (no terminal to ask on): add --yes", file=sys.stderr)
+            return 1
+        answer = input("delete? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("nothing deleted", file=out)
+            return 1
+    try:
+        delete(store.data_dir, todo)
+    except DataDirBusyError as exc:
+        print(f"beam-nominal delete: {exc}", file=sys.stderr)
+        return 1
+    print(f"deleted {what}", file=out)
+    return 0
+
+
+def _points(n: int) -> str:
+    return f"{n} point" if n == 1 else f"{n} points"
 
 
 def _json_value(v: Any) -> Any:
@@ -348,7 +542,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "delete":
+        return _delete(args, sys.stdout)
     try:
+        if args.command == "datasets":
+            return _datasets(args, sys.stdout)
         return _inspect(args, sys.stdout)
     except BrokenPipeError:
         # `inspect ... | head`: the reader has what it wanted.

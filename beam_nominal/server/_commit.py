@@ -19,10 +19,12 @@ import shutil
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from beam_nominal._wire.batch import SeriesBatch
+from beam_nominal.server import _delete
 from beam_nominal.server._durable import _fsync_dir, _write_commit_file, _write_durably
 from beam_nominal.server._format import _COMMITS, _DATASET_FILE, _HASHED_PREFIX, _STAGING, _build_commit, _dir_name
 from beam_nominal.server._index import _Dataset
@@ -51,13 +53,23 @@ class _Committer:
         self._gate = threading.Condition()
         self._active = 0
         self._closed = False
-        self._recover()
+        # Shared with other servers on the directory; a delete (server/_delete.py) needs it alone.
+        self._lock_fd: int | None = _delete.shared(self.data_dir)
+        self._release = weakref.finalize(self, os.close, self._lock_fd)
+        try:
+            self._recover()
+        except BaseException:
+            self._release()
+            raise
 
     def close(self, timeout: float | None = 30.0) -> bool:
         """Refuse new commits and wait for those in progress; True if none is left running."""
         with self._gate:
             self._closed = True
-            return self._gate.wait_for(lambda: self._active == 0, timeout)
+            done = self._gate.wait_for(lambda: self._active == 0, timeout)
+        if done:
+            self._release()  # the directory's lock: a delete may run now
+        return done
 
     @contextlib.contextmanager
     def _admitted(self) -> Iterator[None]:
@@ -74,7 +86,10 @@ class _Committer:
                     self._gate.notify_all()
 
     def _recover(self) -> None:
+        _delete.remove_trash(self.data_dir)
         for rid in self.store._dataset_dirs():
+            # A delete past its commit point first (its replacements wait in staging).
+            _delete.finish_pending(self.data_dir / _dir_name(rid))
             staging = self.data_dir / _dir_name(rid) / _STAGING
             if staging.is_dir():
                 # A crash left a half-written commit: it was never acknowledged.

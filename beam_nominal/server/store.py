@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from beam_nominal.model import SeriesKey, ValueType
 from beam_nominal.server._commit import StoppingError as StoppingError
 from beam_nominal.server._commit import _Committer as _Committer
+from beam_nominal.server._delete import finish_pending
 from beam_nominal.server._format import _ARROW_TYPES, _COMMITS, _DATASET_FILE, _HASHED_PREFIX, _dir_name, _value_column
 from beam_nominal.server._index import SeriesInfo as SeriesInfo
 from beam_nominal.server._index import _Dataset, _Series
@@ -68,6 +69,9 @@ class LocalStore:
                 root = self.data_dir / _dir_name(rid)
                 if not create and not (root / _COMMITS).is_dir():
                     return None
+                # A delete a crash interrupted past its commit point is completed before the
+                # dataset is read, so no reader sees it half done.
+                finish_pending(root)
                 ds = self._datasets[rid] = _Dataset(rid, root)
         return ds
 

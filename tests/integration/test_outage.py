@@ -1,7 +1,10 @@
 """A Nominal outage longer than the old retry defaults survived (8 attempts from 0.1 s gave up
 after 8-13 s; issue 11, defect 6): with default settings both wires ride out a real 20 s outage
-of a real server, and every point is stored exactly once. The longest outage the defaults ride
-out (about 112 s) is pinned with an injected clock in tests/unit/test_stream_delivery.py."""
+of a real server, and every point is stored exactly once. The streams open (their first contact,
+``targets.base.first_contact``) while the server is up: a server that refuses the very first
+connection is a wrong URL to fail on at once (test_first_contact.py), one that goes away after is
+an outage. The longest outage the defaults ride out (about 112 s) is pinned with an injected
+clock in tests/unit/test_stream_delivery.py."""
 
 from __future__ import annotations
 
@@ -26,14 +29,15 @@ def test_default_retries_ride_out_a_20_second_outage_on_both_wires(tmp_path: Pat
     data = tmp_path / "data"
     with LocalServer(data, port=0, http_port=0) as first:
         port, http_port = first.port, first.http_port
+        targets = {"grpc": f"grpc://127.0.0.1:{port}", "http": f"http://127.0.0.1:{http_port}/api"}
+        streams = {wire: NominalStream(url, dataset_rid=f"ri.outage.{wire}") for wire, url in targets.items()}
     # Down now. Both streams write and close into the outage.
-    targets = {"grpc": f"grpc://127.0.0.1:{port}", "http": f"http://127.0.0.1:{http_port}/api"}
     reports: dict[str, DeliveryReport] = {}
     errors: list[BaseException] = []
 
     def write(wire: str) -> None:
         try:
-            with NominalStream(targets[wire], dataset_rid=f"ri.outage.{wire}") as s:
+            with streams[wire] as s:
                 s.enqueue_batch("v", np.arange(N, dtype=np.int64), np.arange(N, dtype=np.float64))
                 reports[wire] = s.flush()
         except BaseException as exc:
