@@ -319,7 +319,9 @@ def test_inspect_prints_series_from_dir_and_from_server(data_dir: Path, procs: l
 def test_inspect_without_data(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     done = run_cli("inspect", "--data-dir", str(tmp_path / "empty"))
-    assert (done.returncode, done.stdout) == (0, "no series\n")
+    # Nothing to show is not a success a script could take for data.
+    assert (done.returncode, done.stdout) == (1, "")
+    assert "no series in" in done.stderr and "empty" in done.stderr
     missing = run_cli("inspect", "--data-dir", str(tmp_path / "missing"))
     assert missing.returncode == 1
     assert "missing" in missing.stderr
