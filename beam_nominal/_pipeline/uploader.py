@@ -207,7 +207,7 @@ class Uploader:
                     # Each half is a request of its own (its own body and idempotency key: nothing
                     # of this one was stored), delivered, retried or split again like any.
                     _log.debug("request %d (%d points) too large; sent in halves", request.seq, request.points)
-                    parts = tuple((part, self._deliver(part)) for part in halves)
+                    parts = tuple((part, self._deliver_part(part)) for part in halves)
                     return Outcome(False, False, "", attempt - 1, 0, parts=parts)
                 retryable, retry_after = exc.retryable, exc.retry_after
                 refused = exc.rejected
@@ -248,6 +248,12 @@ class Uploader:
                 # sending it anywhere now (the fallback included) would deliver it unreported.
                 return Outcome(False, False, f"stream closed while retrying: {reason}", attempt - 1, 0)
         return self._to_fallback(request, reason, attempt - 1)
+
+    def _deliver_part(self, part: Request) -> Outcome:
+        if self._stopped.is_set():
+            # Written off with the stream: sending it now would deliver it unreported.
+            return Outcome(False, False, "stream closed before the request was sent", 0, 0)
+        return self._deliver(part)
 
     def _refused_for_good(
         self,
