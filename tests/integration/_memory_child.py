@@ -54,6 +54,10 @@ def main() -> None:
         max_attempts=10_000,
         total_timeout=600,
     )
+    if len(sys.argv) > 5 and sys.argv[5] == "--wait":
+        # The stream made its first contact; the test now takes the server away, then says go.
+        print("open", flush=True)
+        sys.stdin.readline()
     enqueued = [0]
     last_return = [time.monotonic()]
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -43,17 +42,32 @@ FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "1
 FIXED_SLACK = 48 << 20
 
 
-def run_child(url: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, str(CHILD), url, RID, str(CAP), str(CLOSE_TIMEOUT)],
+def run_child(url: str, env: dict[str, str] | None = None, after_open: Any = None) -> dict[str, Any]:
+    """Run the child against ``url``; with ``after_open``, call it once the child's stream has
+    opened (made its first contact) and before the child writes."""
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), url, RID, str(CAP), str(CLOSE_TIMEOUT), *(["--wait"] if after_open else [])],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-        capture_output=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=120,
     )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    try:
+        if after_open is not None:
+            assert proc.stdout is not None and proc.stdin is not None
+            assert proc.stdout.readline() == "open\n", proc.stderr.read() if proc.stderr else ""
+            after_open()
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == 0, stderr[-3000:]
+    result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     return result
 
 
@@ -112,13 +126,12 @@ def test_stalled_server_memory_stays_under_the_cap_plus_a_constant_with_a_fixed_
 
 
 @pytest.mark.parametrize("wire", ["grpc", "http"])
-def test_close_against_a_dead_server_ends_within_its_timeout(wire: str) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # Nothing listens on the port now: every connection is refused.
-    url = f"grpc://127.0.0.1:{port}" if wire == "grpc" else f"http://127.0.0.1:{port}/api"
-    r = run_child(url)
+def test_close_against_a_dead_server_ends_within_its_timeout(wire: str, tmp_path: Path) -> None:
+    # The server answers the stream's first contact, then dies: every connection after is refused.
+    # (A server that refuses the first contact fails the stream at open: test_first_contact.py.)
+    server = LocalServer(tmp_path / "data", port=0, http_port=0).start()
+    url = server.target if wire == "grpc" else server.http_url
+    r = run_child(url, after_open=server.stop)
     print(f"{wire}: dead server, close {r['close_seconds']:.2f} s: {r['error']}")
     assert r["error"] is not None and r["error"].startswith("DeliveryError"), r
     assert r["close_seconds"] < CLOSE_TIMEOUT + 1.5, r
