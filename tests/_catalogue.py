@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import re
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -103,16 +104,24 @@ def _bad_tail(seed: int) -> tuple[Any, tuple[str, ...]]:
     return kinds[seed % len(kinds)]
 
 
-def bad(seed: int) -> list[tuple[Any, tuple[str, ...]]]:
-    return [*_bad_mid(seed), _bad_tail(seed)]
+def bad(seed: int, surrogates: bool = True) -> list[tuple[Any, tuple[str, ...]]]:
+    """The seed's bad elements; ``surrogates=False`` leaves out those holding a lone surrogate."""
+    return [b for b in (*_bad_mid(seed), _bad_tail(seed)) if surrogates or not _has_surrogate(b[0])]
 
 
-def generate(seed: int) -> list[Any]:
-    """A seed's elements; all of them stay in the seed's Dask partition, in this order."""
+def _has_surrogate(element: Any) -> bool:
+    """Whether the element holds a str with a lone surrogate, which Beam's coders cannot encode:
+    on a portable runner such an element fails the bundle that samples its size or sends it on."""
+    return re.search(r"\\ud[89a-f][0-9a-f]{2}", repr(element)) is not None
+
+
+def generate(seed: int, surrogates: bool = True) -> list[Any]:
+    """A seed's elements, in this order (on Dask all stay in the seed's partition); see :func:`bad`."""
     body, tail = _body(seed), _tail(seed)
     # Amid good points, so that a rejection cannot take its neighbours with it.
     mid = [e for e, _ in _bad_mid(seed)]
-    return [*body[: len(body) // 2], *mid, *body[len(body) // 2 :], *tail[:12], _bad_tail(seed)[0], *tail[12:]]
+    out = [*body[: len(body) // 2], *mid, *body[len(body) // 2 :], *tail[:12], _bad_tail(seed)[0], *tail[12:]]
+    return [e for e in out if surrogates or not _has_surrogate(e)]
 
 
 def expected(seeds: int = SEEDS) -> dict[Key, tuple[str, list[tuple[int, Any]]]]:
@@ -188,9 +197,9 @@ def read_failed(directory: Path) -> list[FailedElement]:
     return failed
 
 
-def check_failed(failed: list[FailedElement], seeds: int = SEEDS) -> None:
+def check_failed(failed: list[FailedElement], seeds: int = SEEDS, surrogates: bool = True) -> None:
     """Asserts that ``failed`` holds each bad element of ``seeds`` seeds once, with its reason."""
-    bad_ones = [b for seed in range(seeds) for b in bad(seed)]
+    bad_ones = [b for seed in range(seeds) for b in bad(seed, surrogates)]
     # Exactly once each: none lost, none repeated, no good element among them.
     got, want = Counter(repr(f.element) for f in failed), Counter(repr(e) for e, _ in bad_ones)
     assert got == want, {"missing": sorted((want - got).elements()), "unexpected": sorted((got - want).elements())}
