@@ -10,7 +10,7 @@ BEAM_MIN := .venv-beam-min
 BEAM_MIN_PY := $(BEAM_MIN)/bin/python
 BEAM_MIN_STAMP := $(BEAM_MIN)/.installed
 
-.PHONY: demo test lint unit integration beam beam-min compat proto proto-check bench clean
+.PHONY: demo test lint unit integration beam engines engines-fetch beam-min compat proto proto-check bench clean
 
 $(STAMP): pyproject.toml setup.py beam_nominal/_pipeline/_fastpath.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,14 @@ integration: $(STAMP)
 beam: $(STAMP)
 	$(PY) -m pytest -q tests/beam
 
+# Runners outside the venv (Prism, built with Go), cached under ~/.cache/beam-nominal/engines by
+# tools/engines.py; the tests skip, or fail under BEAM_NOMINAL_NO_SKIP=1, where one is missing.
+engines-fetch: $(STAMP)
+	$(PY) tools/engines.py
+
+engines: engines-fetch
+	$(PY) -m pytest -q tests/engines
+
 # The suite again at the floors (integration covers the oldest grpcio and protobuf). test_proto_fresh
 # checks the repo, not the runtime, and needs grpcio-tools (the dev extra): .venv runs it. Tests
 # marked slow (real outages, Ctrl+C trials) exercise no version-specific code: .venv runs them.
@@ -63,8 +71,8 @@ beam-min: $(BEAM_MIN_STAMP)
 compat: $(COMPAT_STAMP)
 	PYTHONPATH=$(CURDIR) $(COMPAT_PY) -m pytest -q -p no:cacheprovider tests/compat
 
-test: lint $(COMPAT_STAMP) $(BEAM_MIN_STAMP)
-	$(PY) -m pytest -q tests/unit tests/integration tests/beam
+test: lint engines-fetch $(COMPAT_STAMP) $(BEAM_MIN_STAMP)
+	$(PY) -m pytest -q tests/unit tests/integration tests/beam tests/engines
 	$(BEAM_MIN_TESTS)
 	PYTHONPATH=$(CURDIR) $(COMPAT_PY) -m pytest -q -p no:cacheprovider tests/compat
 

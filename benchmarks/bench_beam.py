@@ -1,8 +1,11 @@
 """WriteToNominal vs a DoFn wrapping nominal-streaming, every element shape: Beam runs, one-element bundles.
 
 **Pipelines.** Every pipeline is ``Impulse | FlatMap(generate) | sink`` on ``FnApiRunner``
-in-process: the data is made inside the pipeline, so the generator's cost is the same for every
-sink and the discard sink shows the ceiling Beam itself allows. Sinks:
+in-process, or with ``--prism PATH`` on Prism (``PrismRunner``, the runner Beam's DirectRunner
+runs first; its SDK worker in the measuring process, ``LOOPBACK``; ``make engines`` builds the
+binary, ``python tools/engines.py --path`` prints where): the data is made inside the pipeline,
+so the generator's cost is the same for every sink and the discard sink shows the ceiling Beam
+itself allows. Sinks:
 
 * ``discard``: a DoFn that drops elements;
 * ``nominal-streaming``: a DoFn opening ``NominalDatasetStream().to_file(...)`` per bundle (its
@@ -52,7 +55,7 @@ sized so that a run of our sink lasts a few seconds, which keeps one step to a f
 ratio; the CPU table is free of it.
 
 Run: ``.venv/bin/python -m benchmarks.bench_beam [--rounds 5] [--scale 1.0] [--only tuples dicts ...]
-[--grpc] [--measure pipelines bundles] [--bundle-shapes tuples ...]``
+[--grpc] [--measure pipelines bundles] [--bundle-shapes tuples ...] [--prism PATH]``
 """
 
 from __future__ import annotations
@@ -285,7 +288,20 @@ class _ServerProcess:
         self.proc.wait(timeout=30)
 
 
-def run_pipeline(shape: str, sink: str, n: int, out: Path, target: str, rid: str) -> tuple[float, float]:
+def _runner(prism: str) -> tuple[Any, Any]:
+    """(runner, options): FnApiRunner in-process, or PrismRunner with the binary at ``prism``."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    if not prism:
+        return FnApiRunner(), PipelineOptions([])
+    from apache_beam.runners.portability.prism_runner import PrismRunner
+
+    return PrismRunner(), PipelineOptions([f"--prism_location={prism}", "--prism_log_level=warn"])
+
+
+def run_pipeline(
+    shape: str, sink: str, n: int, out: Path, target: str, rid: str, prism: str = ""
+) -> tuple[float, float]:
     """Run one pipeline writing under ``out``; returns (wall seconds, CPU seconds of this process)."""
     from beam_nominal.beam import WriteToNominal
 
@@ -298,8 +314,9 @@ def run_pipeline(shape: str, sink: str, n: int, out: Path, target: str, rid: str
         sink_t = WriteToNominal(str(out / "data.avro"), dataset_rid=rid)
     else:
         sink_t = WriteToNominal(target, dataset_rid=rid)
+    runner, options = _runner(prism)
     t0, c0 = time.perf_counter(), time.process_time()
-    with beam.Pipeline(runner=FnApiRunner()) as p:
+    with beam.Pipeline(runner=runner, options=options) as p:
         _ = p | beam.Impulse() | beam.FlatMap(SHAPES[shape].gen, n) | sink_t
     return time.perf_counter() - t0, time.process_time() - c0
 
@@ -337,13 +354,13 @@ def _child(argv: list[str]) -> int:
     """One measurement in a process of its own, after one unmeasured warm-up run of the same sink
     and shape (what one sink leaves in the process must not weigh on the next); prints
     ``wall cpu``."""
-    kind, shape, sink, n, out, target, rid = argv
+    kind, shape, sink, n, out, target, rid, prism = argv
     logging.getLogger().setLevel(logging.ERROR)
     warm = Path(out + "-warm")
     if kind == "pipeline":
-        run_pipeline(shape, sink, int(n), warm, target, rid + "-warm")
+        run_pipeline(shape, sink, int(n), warm, target, rid + "-warm", prism)
         shutil.rmtree(warm)
-        wall, cpu = run_pipeline(shape, sink, int(n), Path(out), target, rid)
+        wall, cpu = run_pipeline(shape, sink, int(n), Path(out), target, rid, prism)
     else:
         run_bundles(shape, sink, int(n), warm, rid + "-warm")
         shutil.rmtree(warm)
@@ -389,6 +406,7 @@ def _measure(
     rounds: int,
     work: Path,
     server: _ServerProcess | None,
+    prism: str = "",
 ) -> _Results:
     """Run every (shape, sink, n, points) job once per round, each in a fresh process, the order
     reversed every other round; check every delivery."""
@@ -397,7 +415,7 @@ def _measure(
         for i, (shape, sink, n, points) in enumerate(jobs if rnd % 2 == 0 else jobs[::-1]):
             out, rid = work / f"{kind}-{shape}-{rnd}-{i}", f"ri.bench.{kind}.{shape}.{rnd}.{i}"
             cmd = [sys.executable, "-m", "benchmarks.bench_beam", "--child", kind, shape, sink, str(n)]
-            cmd += [str(out), server.target if server else "", rid]
+            cmd += [str(out), server.target if server else "", rid, prism]
             reply = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
             wall, cpu = map(float, reply.split())
             res.wall.setdefault((shape, sink), []).append(wall)
@@ -418,9 +436,11 @@ def _table(head: list[str], rows: list[list[str]]) -> None:
         print("| " + " | ".join(row) + " |")
 
 
-def _report_pipelines(res: _Results, shapes: list[str], sinks: tuple[str, ...], scale: float, rounds: int) -> None:
+def _report_pipelines(
+    res: _Results, shapes: list[str], sinks: tuple[str, ...], scale: float, rounds: int, runner: str
+) -> None:
     ours = [s for s in sinks if s.startswith("WriteToNominal")]
-    print(f"FnApiRunner in-process, {rounds} rounds, medians; points/s over the whole pipeline run\n")
+    print(f"{runner}, {rounds} rounds, medians; points/s over the whole pipeline run\n")
     rows = []
     for shape in shapes:
         _, points = SHAPES[shape].size(scale)
@@ -483,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grpc", action="store_true", help="also WriteToNominal to beam-nominal serve over gRPC")
     ap.add_argument("--measure", nargs="+", choices=("pipelines", "bundles"), default=["pipelines", "bundles"])
     ap.add_argument("--bundle-shapes", nargs="+", choices=tuple(SHAPES), default=["tuples"])
+    ap.add_argument("--prism", default="", metavar="PATH", help="run the pipelines on Prism, this binary")
     if argv is None:
         argv = sys.argv[1:]
     if argv[:1] == ["--child"]:
@@ -498,8 +519,9 @@ def main(argv: list[str] | None = None) -> int:
         work.mkdir()
         if "pipelines" in args.measure:
             jobs = [(shape, sink, *SHAPES[shape].size(args.scale)) for shape in shapes for sink in sinks]
-            res = _measure("pipeline", jobs, args.rounds, work, server)
-            _report_pipelines(res, shapes, sinks, args.scale, args.rounds)
+            res = _measure("pipeline", jobs, args.rounds, work, server, args.prism)
+            runner = "PrismRunner (LOOPBACK)" if args.prism else "FnApiRunner in-process"
+            _report_pipelines(res, shapes, sinks, args.scale, args.rounds, runner)
         if "bundles" in args.measure:
             jobs = [
                 (shape, sink, n_bundles[sink], n_bundles[sink] * SHAPES[shape].points_per_element)

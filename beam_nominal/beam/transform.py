@@ -153,7 +153,9 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             ``GroupIntoBatches.WithShardedKey``, so streaming runners' small bundles do not each
             become a request. ``None`` (default): on when the input PCollection is unbounded (a
             streaming source), off when it is bounded (batch bundles are large; batching them
-            again only costs). See docs/benchmarks.md, "Small bundles".
+            again only costs); always off on ``PrismRunner``, where ``True`` is refused (Prism
+            loses elements of ``GroupIntoBatches``; docs/runners.md). See docs/benchmarks.md,
+            "Small bundles".
         batch_size: chunks per batch with cross-bundle batching.
         max_buffering_duration_secs: longest a chunk waits for its batch with cross-bundle
             batching: the latency it adds, at most (plus the runner's timer delay).
@@ -165,7 +167,8 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             ...). ``linger`` is always disabled here.
 
     Raises:
-        ValueError: a target without ``dataset_rid``; no target on a remote runner (at expand).
+        ValueError: a target without ``dataset_rid``; no target on a remote runner (at expand);
+            ``cross_bundle_batching=True`` on ``PrismRunner`` or with sliding windows (at expand).
     """
 
     def __init__(
@@ -282,10 +285,26 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         config = self._config(pcoll.pipeline)
         cross_bundle = self._cross_bundle
         windows = _windows_per_element(pcoll)
+        # Prism (Beam 2.77) loses elements of GroupIntoBatches.WithShardedKey with a buffering
+        # timer in streaming (docs/runners.md, "Prism"): never batch across bundles there.
+        on_prism = type(getattr(pcoll.pipeline, "runner", None)).__name__ == "PrismRunner"
         if cross_bundle is None:
             # Streaming sources' bundles are small (often one element), each a flush and a round
             # trip; batch bundles are large already. Only for one window per element (below).
             cross_bundle = not pcoll.is_bounded and windows == 1
+            if cross_bundle and on_prism:
+                cross_bundle = False
+                _LOG.info(
+                    "WriteToNominal: cross-bundle batching off on PrismRunner, which loses elements of "
+                    "GroupIntoBatches; a request per bundle (docs/runners.md, Prism)"
+                )
+        elif cross_bundle and on_prism:
+            raise ValueError(
+                "WriteToNominal: cross_bundle_batching=True on PrismRunner would lose points: Prism loses "
+                "elements of GroupIntoBatches.WithShardedKey with a buffering timer in streaming (measured "
+                "with Beam 2.77; docs/runners.md, Prism). Leave cross_bundle_batching unset (off on Prism) "
+                "or run on another runner"
+            )
         elif cross_bundle and windows is not None and windows > 1:
             # Its chunks are re-windowed into the global window, one copy per window the element
             # is in: each point would be written that many times.
