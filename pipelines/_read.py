@@ -972,7 +972,7 @@ class Profile:
             values += [int(vals.min()), int(vals.max())]
             self.negative += int((vals < 0).sum())
             f = vals.astype(np.float64)
-            exact = (np.abs(vals) <= 2**53) | ((f < 2.0**63) & (f.astype(np.int64) == vals))
+            exact = _exact_doubles(vals, f)
             if not exact.all():
                 self.inexact += int((~exact).sum())
                 if self.inexact_sample is None:
@@ -1517,6 +1517,11 @@ def _numeric_ts(s: str, opts: Options, pl: Plan) -> int:
         d = decimal.Decimal(s)
     except decimal.InvalidOperation:
         raise _CellError("timestamp", f"timestamp {s!r:.60} is not a number") from None
+    with decimal.localcontext() as ctx:
+        ctx.prec = 80
+        ns = d * UNIT_NS[unit]
+    if not INT64_MIN < ns <= INT64_MAX:
+        raise _CellError("timestamp", _range_reason(int(ns)))
     if pl.inferred:
         int_part = str(abs(int(d))) if d >= 0 else "-"
         if _unit_of_digits(int_part) != unit:
@@ -1525,9 +1530,6 @@ def _numeric_ts(s: str, opts: Options, pl: Plan) -> int:
                 f"timestamp {s} is not of the magnitude of the other timestamps, whose unit was inferred "
                 f"as {unit}: give --timestamp-unit",
             )
-    with decimal.localcontext() as ctx:
-        ctx.prec = 80
-        ns = d * UNIT_NS[unit]
     if ns != ns.to_integral_value():
         raise _CellError(
             "timestamp precision",
@@ -1563,7 +1565,7 @@ def elements(rows: Rows, opts: Options, pl: Plan) -> Iterator[Any]:
                 "--channel-column and --value-column."
             )
     ts, bad_ts = timestamps(rows.columns[opts.timestamp_column], rows.text, opts, pl)
-    for i, b in bad_ts.items():
+    for i, b in sorted(bad_ts.items()):
         yield rows.bad(i, b.category, b.reason, opts.timestamp_column)
     if opts.layout == "wide":
         yield from _wide(rows, opts, pl, ts, bad_ts)
@@ -1742,7 +1744,10 @@ def _clash(cells: Cells, i: int, d: Decision, name: str) -> str:
     v = src[i] if isinstance(src, list) else src[i].as_py()
     this = KIND_NAMES[int(cells.kind[i])]
     held = f" ({d.counts} in the input)" if d.counts else ""
-    return f"{name} holds {d.group} values{held}, this one is {this}: {v!r:.60} (--column-type {name}=TYPE decides)"
+    return (
+        f"type clash: {name} holds {d.group} values{held}, this one is {this}: {v!r:.60} "
+        f"(--column-type {name}=TYPE decides)"
+    )
 
 
 def _numbers(
@@ -1755,7 +1760,7 @@ def _numbers(
         out = np.where(ints, cells.i64.astype(np.float64), cells.f64)
         vals = cells.i64[ints]
         f = vals.astype(np.float64)
-        exact = (np.abs(vals) <= 2**53) | ((f < 2.0**63) & (f.astype(np.int64) == vals))
+        exact = _exact_doubles(vals, f)
         if not exact.all():
             for j in np.flatnonzero(ints)[~exact].tolist():
                 keep[j] = False
@@ -1802,6 +1807,12 @@ def _numbers(
         return out_u[kept].astype(np.int64), kept, bad
     kept = np.flatnonzero(keep)
     return out_u[kept], kept, bad
+
+
+def _exact_doubles(vals: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Which int64 values their doubles ``f`` hold exactly (2**63 itself is no int64)."""
+    below = f < 2.0**63
+    return (np.abs(vals) <= 2**53) | (below & (np.where(below, f, 0).astype(np.int64) == vals))
 
 
 def _cell_text(cells: Cells, i: int) -> Any:
