@@ -34,7 +34,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
 def _run(server: LocalServer, tmp_path: Path, rid: str, inputs: list[Path], *extra: str) -> tuple[int, str, list]:
     failed = tmp_path / "failed" / "out"
     argv = [a for p in inputs for a in ("--input", str(p))]
-    argv += ["--target", server.target, "--dataset-rid", rid, "--failed-output", str(failed), "--quiet", "--max-bad-rows", "100", *extra]
+    argv += ["--target", server.target, "--dataset-rid", rid, "--failed-output", str(failed), "--quiet"]
+    argv += ["--max-bad-rows", "100", *extra]
     import contextlib
     import io
 
@@ -303,7 +304,7 @@ def test_csv_row_numbers_stay_exact_when_the_fast_reader_hands_over(
     path = tmp_path / "long.csv"
     path.write_text("\n".join(lines) + "\n")
     cfg = _read.Options(timestamp_unit="ns")
-    batches = list(_read.csv_rows(lambda: open(path, "rb"), str(path), cfg))
+    batches = list(_read.csv_rows(lambda: path.open("rb"), str(path), cfg))
     rows = [b for b in batches if isinstance(b, _read.Rows)]
     scan = _read.Scan()
     for r in rows:

@@ -45,10 +45,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
 def _run(
     server: LocalServer, tmp_path: Path, rid: str, path: Path, *extra: str, failed: bool = True
 ) -> tuple[int, list]:
-    argv = ["--input", str(path), "--target", server.target, "--dataset-rid", rid, "--quiet", "--max-bad-rows", "100", *extra]
+    argv = ["--input", str(path), "--target", server.target, "--dataset-rid", rid, "--quiet", *extra]
     prefix = tmp_path / "failed" / "out"
     if failed:
-        argv += ["--failed-output", str(prefix)]
+        argv += ["--failed-output", str(prefix), "--max-bad-rows", "100"]
     with contextlib.redirect_stdout(io.StringIO()):
         code = files_to_nominal.main(argv)
     records = [
