@@ -155,8 +155,6 @@ class Options:
             raise ValueError(f"delimiter {self.delimiter!r} is not one character other than a quote or newline")
         if self.decimal not in (".", ","):
             raise ValueError(f"decimal separator {self.decimal!r} is not '.' or ','")
-        if self.decimal == self.delimiter:
-            raise ValueError(f"decimal separator {self.decimal!r} is also the delimiter: give --delimiter ';'")
 
     @property
     def utf8(self) -> bool:
@@ -224,11 +222,10 @@ PROGRESS = Progress()
 
 
 class _Raw(io.RawIOBase):
-    """A raw binary stream over anything with ``read(n)`` (Beam's CompressedFile has no
-    ``readable``/``writable``, which ``io.TextIOWrapper`` and pyarrow ask for)."""
+    """A raw binary stream over anything with ``read(n)``, closing ``also`` with it."""
 
-    def __init__(self, f: Any) -> None:
-        self._f = f
+    def __init__(self, f: Any, also: Any = None) -> None:
+        self._f, self._also = f, also
 
     def readable(self) -> bool:
         return True
@@ -241,24 +238,70 @@ class _Raw(io.RawIOBase):
     def close(self) -> None:
         try:
             self._f.close()
+            if self._also is not None:
+                self._also.close()
         finally:
             super().close()
 
 
+class _Zstd:
+    """zstd frames decompressed from ``raw``; input that ends inside a frame is an error (the
+    zstandard stream reader returns what it has and says nothing)."""
+
+    def __init__(self, raw: Any) -> None:
+        import zstandard
+
+        self._raw = raw
+        self._new = zstandard.ZstdDecompressor().decompressobj
+        self._d = self._new()
+        self._pending = b""
+        self._started = False
+
+    def read(self, n: int) -> bytes:
+        while len(self._pending) < n:
+            chunk = self._raw.read(1 << 20)
+            if not chunk:
+                if self._started and not self._d.eof:
+                    raise EOFError("the zstd data ends inside a frame: the file is truncated")
+                break
+            while chunk:
+                if self._d.eof:
+                    self._d = self._new()
+                self._started = True
+                self._pending += self._d.decompress(chunk)
+                chunk = self._d.unused_data if self._d.eof else b""
+        out, self._pending = self._pending[:n], self._pending[n:]
+        return out
+
+    def close(self) -> None:
+        self._raw.close()
+
+
 def open_binary(readable: Any) -> Any:
-    """A buffered binary stream of the file's (decompressed) bytes."""
-    if hasattr(readable, "open"):
-        f = readable.open()  # fileio.ReadableFile: compression from the extension
-    elif isinstance(readable, str) and "://" in readable:
-        from apache_beam.io.filesystems import FileSystems
+    """A binary stream of the file's bytes, decompressed by its extension (.gz, .bz2, .zst, .xz).
 
-        f = FileSystems.open(readable)
-    else:
-        from apache_beam.io.filesystem import CompressionTypes
-        from apache_beam.io.filesystems import FileSystems
+    Bytes come through Beam's filesystems (local, gs://, s3:// ...); decompression is Python's
+    own, whose readers raise on a truncated file where Beam's ``CompressedFile`` ends quietly.
+    """
+    import bz2
+    import gzip
+    import lzma
 
-        f = FileSystems.open(str(readable), compression_type=CompressionTypes.AUTO)
-    return io.BufferedReader(_Raw(f), buffer_size=1 << 20)
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    path = path_of(readable)
+    raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    name = path.lower()
+    if name.endswith(".gz"):
+        return io.BufferedReader(_Raw(gzip.GzipFile(fileobj=raw, mode="rb"), raw), buffer_size=1 << 20)
+    if name.endswith(".bz2"):
+        return io.BufferedReader(_Raw(bz2.BZ2File(raw), raw), buffer_size=1 << 20)
+    if name.endswith(".xz"):
+        return io.BufferedReader(_Raw(lzma.LZMAFile(raw), raw), buffer_size=1 << 20)
+    if name.endswith((".zst", ".zstd")):
+        return io.BufferedReader(_Raw(_Zstd(raw)), buffer_size=1 << 20)
+    return raw
 
 
 def path_of(readable: Any) -> str:
@@ -469,7 +512,8 @@ def _csv_arrow(
             try:
                 batch = reader.read_next_batch()
             except StopIteration:
-                return -1
+                # Rows pyarrow skipped as invalid are read again by Python's csv, which says why.
+                return done if trouble else -1
             except (pa.ArrowInvalid, pa.ArrowTypeError):
                 return done
             if trouble:
@@ -1897,7 +1941,7 @@ _EXTENSIONS = {
     ".json": "jsonl",
     ".avro": "avro",
 }
-_COMPRESSED = (".gz", ".bz2", ".zst", ".zstd", ".deflate", ".xz")
+_COMPRESSED = (".gz", ".bz2", ".zst", ".zstd", ".xz")
 
 
 def format_of(path: str, given: str | None) -> str:
