@@ -135,7 +135,8 @@ def main() -> None:
     for k, v in results.items():
         if v:
             print(
-                f"{k:6}: median {med[k]:.1f} s, {points / med[k] / 1e6:.2f} M points/s, max RSS {max(r for _, r in v) / 2**20:,.0f} MiB"
+                f"{k:6}: median {med[k]:.1f} s, {points / med[k] / 1e6:.2f} M points/s, "
+                f"max RSS {max(r for _, r in v) / 2**20:,.0f} MiB"
             )
     if "before" in med and med.get("before"):
         print(f"after/before points/s: {med['before'] / med['after']:.2f}x")

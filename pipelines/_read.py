@@ -476,7 +476,6 @@ def _csv_arrow(
 ) -> Iterator[Rows]:
     """Batches while rows and cells are exact; returns the rows read (-1: the whole file)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.csv as pcsv
 
     names, trailing = _names(path, header)
