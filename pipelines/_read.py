@@ -335,24 +335,27 @@ class Rows:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def raw(self, i: int) -> tuple[str, str]:
-        """Row ``i`` as text that reads back the same, and its format."""
-        if self.lines_text is not None:
-            return self.lines_text[i][:RAW_CHARS], "jsonl"
-        cells = [col[i] if isinstance(col, list) else col[i].as_py() for col in self.columns.values()]
+    def raw(self, i: int, only: list[str] | None = None) -> tuple[str, str, str | None]:
+        """Row ``i`` (its columns ``only``, if given) as text that reads back the same, its format
+        and (CSV) its header."""
+        if self.lines_text is not None and only is None:
+            return self.lines_text[i][:RAW_CHARS], "jsonl", None
+        names = only if only is not None else list(self.columns)
+        cells = [self.columns[n][i] if isinstance(self.columns[n], list) else self.columns[n][i].as_py() for n in names]
         if self.text:
-            out = io.StringIO()
-            csv.writer(out, delimiter=self.delimiter, lineterminator="").writerow(
-                ["" if c is None else c for c in cells]
-            )
-            return out.getvalue()[:RAW_CHARS], "csv"
-        record = dict(zip(self.columns, cells, strict=True))
-        return json.dumps(record, default=_json_default, ensure_ascii=False)[:RAW_CHARS], "jsonl"
+            header = self.header if only is None else _csv_text(names, self.delimiter)
+            return _csv_text(["" if c is None else c for c in cells], self.delimiter), "csv", header
+        record = dict(zip(names, cells, strict=True))
+        return json.dumps(record, default=_json_default, ensure_ascii=False)[:RAW_CHARS], "jsonl", None
 
-    def bad(self, i: int, category: str, reason: str, column: str | None = None) -> BadRow:
+    def bad(
+        self, i: int, category: str, reason: str, column: str | None = None, only: list[str] | None = None
+    ) -> BadRow:
+        """A failed row; ``only``: the columns its raw text keeps (a wide row's timestamp and the
+        failed cell, so a replay writes that cell and not again the ones that landed)."""
         line = int(self.lines[i]) if self.lines is not None else None
-        raw, fmt = self.raw(i)
-        return BadRow(self.path, int(self.rows[i]), line, column, category, reason, raw, fmt, self.header)
+        raw, fmt, header = self.raw(i, only)
+        return BadRow(self.path, int(self.rows[i]), line, column, category, reason, raw, fmt, header)
 
 
 def _json_default(v: Any) -> Any:
@@ -1725,7 +1728,7 @@ def _wide(rows: Rows, opts: Options, pl: Plan, ts: np.ndarray, bad_ts: Mapping[i
         cells = classify(col, rows.text, opts.decimal).take(good)
         values, kept, bad = typed(cells, _decision(pl, opts, name), name, rows.text, opts)
         for pos, (category, reason) in sorted(bad.items()):
-            yield rows.bad(int(good[pos]), category, reason, name)
+            yield rows.bad(int(good[pos]), category, reason, name, [opts.timestamp_column, name])
         if kept.size:
             yield name, ts[good[kept]], values, None
 

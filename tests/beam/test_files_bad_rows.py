@@ -324,3 +324,20 @@ def test_csv_row_numbers_stay_exact_when_the_fast_reader_hands_over(
         if i not in (2000, 2698):
             expected.setdefault(f"c{i % 3}", []).append((T0 + i, i))
     assert {k: sorted(v) for k, v in got.items()} == expected
+
+
+def test_failed_rows_fixed_in_place_replay_with_the_same_command(server: LocalServer, tmp_path: Path) -> None:
+    """The failed-rows file holds each row's raw text: fixed and given as --input, its rows land."""
+    (tmp_path / "in.csv").write_text(f"timestamp;a;b\n{T0};1,5;x\n{T0 + S};1e400;y\n{T0 + 2 * S};2,25;\n")
+    rid = "ri.test.replay"
+    args = ["--layout", "wide", "--delimiter", ";", "--decimal", ",", "--timestamp-unit", "ns"]
+    code, out, records = _run(server, tmp_path, rid, [tmp_path / "in.csv"], *args)
+    assert [(r["row"], r["column"], r["category"]) for r in records] == [(2, "a", "number")], out
+    # A wide row's failed cell keeps the timestamp and that cell: the replay writes only it.
+    assert records[0]["raw"] == f"{T0 + S};1e400" and records[0]["header"] == "timestamp;a"
+    failed = next((tmp_path / "failed").glob("out-rows-*.failed.jsonl"))
+    failed.write_text(failed.read_text().replace("1e400", "3,5"))
+    code, out, records = _run(server, tmp_path / "again", rid, [failed], *args)
+    assert code == 0 and records == [], out
+    assert _points(server, rid, "a") == [(T0, 1.5), (T0 + S, 3.5), (T0 + 2 * S, 2.25)]
+    assert _points(server, rid, "b") == [(T0, "x"), (T0 + S, "y")]
