@@ -221,6 +221,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
         help="exit 0 with up to N failed rows, files and elements (default 0: any failure exits 2)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args(argv)
     for t in args.tag:
         if "=" not in t:
@@ -292,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p = beam.Pipeline(runner=runner, options=PipelineOptions(beam_args))
         build(p, args, failed_output)
         PROGRESS.__init__()  # type: ignore[misc]
-        with _ProgressPrinter(5.0, sys.stderr) if local and not args.quiet else contextlib.nullcontext():
+        printer = _ProgressPrinter(args.progress_every, sys.stderr)
+        with printer if local and not args.quiet else contextlib.nullcontext():
             result = p.run()
             result.wait_until_finish()
         elapsed = time.perf_counter() - t0
