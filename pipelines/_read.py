@@ -2162,8 +2162,8 @@ class ReadFile(beam.DoFn):  # type: ignore[misc]
 
 
 def _release_memory() -> None:
-    """Give the batch's freed Arrow memory back: pyarrow's default pool keeps it, and the big-file
-    benchmark's peak RSS was 1.9 GiB with it kept, 0.8 GiB without (docs/benchmarks.md)."""
+    """Give the batch's freed Arrow memory back: pyarrow's default pool keeps it for reuse; the
+    big file's peak RSS is 0.70-0.76 GiB with this (docs/benchmarks.md)."""
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()
