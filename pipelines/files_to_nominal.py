@@ -24,177 +24,47 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
+from pipelines._read import (
+    COLUMN_TYPES,
+    FIXES,
+    FORMATS,
+    NAMESPACE,
+    PROGRESS,
+    UNIT_NS,
+    BadFile,
+    BadRow,
+    MergeScans,
+    Options,
+    ReadFile,
+    ScanFile,
+    format_of,
+    match_glob,
+)
 
-from pipelines._read import COLUMN_TYPES, UNIT_NS, BadRow, Layout, csv_rows, elements, reader_for
-
-FORMATS = ("csv", "parquet", "jsonl", "avro")
-_EXTENSIONS = {
-    ".csv": "csv",
-    ".parquet": "parquet",
-    ".pq": "parquet",
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".json": "jsonl",
-    ".avro": "avro",
-}
-
-
-def format_of(path: str, given: str | None) -> str:
-    """The file format: ``given`` if set, else from the extension (``.csv.gz`` counts as csv)."""
-    if given:
-        return given
-    name = path.lower()
-    for ext in (".gz", ".bz2", ".zst"):
-        name = name.removesuffix(ext)
-    fmt = _EXTENSIONS.get(os.path.splitext(name)[1])
-    if fmt is None:
-        raise ValueError(f"cannot tell the format of {path!r} from its extension: give --format")
-    return fmt
+__all__ = ["FORMATS", "NAMESPACE", "PROGRESS", "build", "format_of", "main", "parse_args", "summary"]
 
 
-def _open(readable: Any) -> Any:
-    return readable.open() if hasattr(readable, "open") else open(readable, "rb")
-
-
-def _avro_values(values: list[Any]) -> Any:
-    if values and isinstance(values[0], dict):
-        if "items" in values[0]:
-            items = [v["items"] for v in values]
-            if items and items[0] and isinstance(items[0][0], str):
-                return items
-            return [np.asarray(v, dtype=np.float64) for v in items]
-        if "json" in values[0]:
-            return [json.loads(v["json"]) for v in values]
-    if values and isinstance(values[0], float):
-        return np.asarray(values, dtype=np.float64)
-    if values and isinstance(values[0], int) and not isinstance(values[0], bool):
-        return np.asarray(values, dtype=np.int64)
-    return values
-
-
-class ReadTelemetry:
-    """Turns one file into WriteToNominal elements and :class:`BadRow` s (picklable, used in a FlatMap)."""
-
-    def __init__(
-        self,
-        fmt: str | None,
-        layout: str,
-        timestamp_column: str,
-        timestamp_unit: str,
-        channel_column: str,
-        value_column: str,
-        tags_column: str | None,
-        column_types: Mapping[str, str] | None = None,
-        int64_only: bool = False,
-    ) -> None:
-        self.fmt = fmt
-        self.cfg = Layout(
-            layout,
-            timestamp_column,
-            timestamp_unit,
-            channel_column,
-            value_column,
-            tags_column,
-            dict(column_types or {}),
-            int64_only,
-        )
-
-    def __call__(self, readable: Any) -> Iterator[Any]:
-        from apache_beam.metrics.metric import Metrics
-
-        rows_counter = Metrics.counter(NAMESPACE, "rows")
-        bad_counter = Metrics.counter(NAMESPACE, "bad_rows")
-        path = readable.metadata.path if hasattr(readable, "metadata") else str(readable)
-        fmt = format_of(path, self.fmt)
-        with _open(readable) as f:
-            if fmt == "avro":
-                for element in self._avro(f):
-                    # A record's points are its rows: the summary's "rows" counts them too.
-                    rows_counter.inc(len(element[1]))
-                    yield element
-                PROGRESS.add(files=1)
-                Metrics.counter(NAMESPACE, "files").inc()
-                return
-            rows = csv_rows(f, path, reopen=lambda: _open(readable)) if fmt == "csv" else reader_for(fmt)(f, path)
-            for item in rows:
-                if isinstance(item, BadRow):
-                    rows_counter.inc()
-                    bad_counter.inc()
-                    PROGRESS.add(rows=1, bad=1)
-                    yield item
-                    continue
-                rows_counter.inc(len(item))
-                for out in elements(item, self.cfg):
-                    if isinstance(out, BadRow):
-                        bad_counter.inc()
-                        PROGRESS.add(bad=1)
-                    yield out
-                PROGRESS.add(rows=len(item))
-        PROGRESS.add(files=1)
-        Metrics.counter(NAMESPACE, "files").inc()
-
-    def _avro(self, f: Any) -> Iterator[Any]:
-        import fastavro
-
-        for rec in fastavro.reader(f):
-            yield (
-                rec["channel"],
-                np.asarray(rec["timestamps"], dtype=np.int64),
-                _avro_values(rec["values"]),
-                rec.get("tags") or None,
-            )
-            PROGRESS.add(rows=len(rec["timestamps"]))
-
-
-#: Beam metrics namespace of the reader (``rows``, ``bad_rows``, ``files``).
-NAMESPACE = "files_to_nominal"
-
-
-class _Progress:
-    """Rows and files read by this process, for the local runner's progress line.
-
-    Beam metrics are only readable once a local job ends; the in-process FnApiRunner runs the
-    reader in this process, so a plain counter shows progress while it runs.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.rows = self.bad = self.files = 0
-
-    def add(self, rows: int = 0, bad: int = 0, files: int = 0) -> None:
-        with self._lock:
-            self.rows += rows
-            self.bad += bad
-            self.files += files
-
-    def snapshot(self) -> tuple[int, int, int]:
-        with self._lock:
-            return self.rows, self.bad, self.files
-
-
-PROGRESS = _Progress()
-
-
-def _is_bad_row(x: Any) -> bool:
-    return isinstance(x, BadRow)
+def _is_failure(x: Any) -> bool:
+    return isinstance(x, (BadRow, BadFile))
 
 
 def _is_element(x: Any) -> bool:
-    return not isinstance(x, BadRow)
+    return not isinstance(x, (BadRow, BadFile))
 
 
 def _failed_json(f: Any) -> str:
     return json.dumps({"kind": "element", "element": repr(f.element)[:1000], "error": f.error, "reason": f.reason})
 
 
-def _bad_row_json(b: BadRow) -> str:
+def _failure_json(b: BadRow | BadFile) -> str:
     return b.to_json()
 
 
@@ -210,28 +80,42 @@ def _is_url(target: str) -> bool:
     return target.split("://", 1)[0].lower() in ("http", "https", "grpc", "grpcs")
 
 
-def build(p: Any, args: argparse.Namespace) -> Any:
-    """Add reading and writing to pipeline ``p``; returns the WriteToNominal result."""
+def options(args: argparse.Namespace) -> Options:
+    """The reader's settings from the command line."""
+    return Options(
+        layout=args.layout,
+        timestamp_column=args.timestamp_column,
+        timestamp_unit=args.timestamp_unit,
+        timezone=args.timezone,
+        channel_column=args.channel_column,
+        value_column=args.value_column,
+        tags_column=args.tags_column,
+        column_types=dict(t.split("=", 1) for t in args.column_type),
+        # Avro files hold integers as long (int64): larger ones are failed rows, not a failed job.
+        int64_only=bool(args.target) and (args.target.endswith((".avro", "/")) and not _is_url(args.target)),
+        encoding=args.encoding,
+        delimiter="\t" if args.delimiter in ("\\t", "tab") else args.delimiter,
+        decimal=args.decimal,
+        format=args.format,
+    )
+
+
+def build(p: Any, args: argparse.Namespace, failed_output: str | None = None) -> Any:
+    """Add reading and writing to pipeline ``p``; returns the WriteToNominal result.
+
+    Two passes over the files: the first sums what every file holds, so types and the timestamp
+    unit are decided for the whole input before the second pass writes anything.
+    """
     import apache_beam as beam
-    from apache_beam.io import fileio
 
     from beam_nominal.beam import WriteToNominal
 
-    reader = ReadTelemetry(
-        args.format,
-        args.layout,
-        args.timestamp_column,
-        args.timestamp_unit,
-        args.channel_column,
-        args.value_column,
-        args.tags_column,
-        dict(t.split("=", 1) for t in args.column_type),
-        # Avro files hold integers as long (int64): larger ones are bad rows, not a failed job.
-        int64_only=bool(args.target) and (args.target.endswith((".avro", "/")) and not _is_url(args.target)),
-    )
-    tags = dict(t.split("=", 1) for t in args.tag) if args.tag else None
-    globs = p | "Globs" >> beam.Create(list(args.input))
-    read = globs | "Match" >> fileio.MatchAll() | "Open" >> fileio.ReadMatches() | "Read" >> beam.FlatMap(reader)
+    opts = options(args)
+    matched = p | "Globs" >> beam.Create(list(args.input)) | "Match" >> beam.FlatMap(match_glob)
+    no_match = matched | "Unmatched" >> beam.Filter(_is_failure)
+    files = matched | "Files" >> beam.Filter(_is_element) | "Spread" >> beam.Reshuffle()
+    scan = files | "Scan" >> beam.ParDo(ScanFile(opts)) | "MergeScans" >> beam.CombineGlobally(MergeScans())
+    read = files | "Read" >> beam.ParDo(ReadFile(opts), beam.pvalue.AsSingleton(scan))
     result = (
         read
         | "Elements" >> beam.Filter(_is_element)
@@ -240,21 +124,25 @@ def build(p: Any, args: argparse.Namespace) -> Any:
             args.target,
             dataset_rid=args.dataset_rid,
             token=os.environ.get(args.token_env) if args.token_env else None,
-            timestamp_field=args.timestamp_column,
-            tags=tags,
+            tags=dict(t.split("=", 1) for t in args.tag) if args.tag else None,
             local_data_dir=args.data_dir,
         )
     )
-    files = getattr(result, "files", None)
-    if files is not None:
-        _ = files | "CountFiles" >> beam.Map(_count_file)
-    if args.failed_output:
-        bad_rows = read | "BadRows" >> beam.Filter(_is_bad_row) | "BadRowJson" >> beam.Map(_bad_row_json)
-        failed = result.failed | "FailedJson" >> beam.Map(_failed_json)
+    files_written = getattr(result, "files", None)
+    if files_written is not None:
+        _ = files_written | "CountFiles" >> beam.Map(_count_file)
+    if failed_output:
+        failures = read | "Failures" >> beam.Filter(_is_failure)
         _ = (
-            (bad_rows, failed)
-            | "AllFailed" >> beam.Flatten()
-            | "WriteFailed" >> beam.io.WriteToText(args.failed_output, file_name_suffix=".jsonl")
+            (no_match, failures)
+            | "AllFailures" >> beam.Flatten()
+            | "FailureJson" >> beam.Map(_failure_json)
+            | "WriteFailures" >> beam.io.WriteToText(failed_output + "-rows", file_name_suffix=".failed.jsonl")
+        )
+        _ = (
+            result.failed
+            | "FailedJson" >> beam.Map(_failed_json)
+            | "WriteFailedElements" >> beam.io.WriteToText(failed_output + "-elements", file_name_suffix=".jsonl")
         )
     return result
 
@@ -263,10 +151,17 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.files_to_nominal",
         description="Write telemetry files (CSV, Parquet, JSON-lines, nominal-streaming Avro) to Nominal "
-        "with WriteToNominal. Unknown options are Beam pipeline options (--runner, --project ...).",
+        "with WriteToNominal. Every row lands exactly or is a failed row saying why (docs/files.md). "
+        "Unknown options are Beam pipeline options (--runner, --project ...).",
     )
     parser.add_argument("--input", action="append", required=True, help="file glob; repeat for more")
-    parser.add_argument("--format", choices=FORMATS, default=None, help="default: from each file's extension")
+    parser.add_argument(
+        "--format",
+        choices=FORMATS[:4],
+        default=None,
+        help="default: from each file's extension (.csv, .tsv, .parquet, .jsonl, .avro; .gz/.bz2/.zst compressed; "
+        "*.failed.jsonl: failed rows of an earlier run, read again)",
+    )
     parser.add_argument(
         "--layout",
         choices=("long", "wide"),
@@ -277,8 +172,15 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
     parser.add_argument(
         "--timestamp-unit",
         choices=tuple(UNIT_NS),
-        default="ns",
-        help="unit of numeric timestamps (strings are ISO-8601 with a timezone)",
+        default=None,
+        help="unit of numeric timestamps. Default: inferred from their magnitude where it names one unit "
+        "(10, 13, 16, 19 digits: s, ms, us, ns since the epoch, 2001..2286), else such rows fail",
+    )
+    parser.add_argument(
+        "--timezone",
+        default=None,
+        help="zone of timestamps written without one (ISO text without an offset, Parquet timestamps "
+        "without a tz): UTC, +02:00, Europe/Berlin. Default: such rows fail",
     )
     parser.add_argument("--channel-column", default="channel", help="long layout: channel name column")
     parser.add_argument("--value-column", default="value", help="long layout: value column")
@@ -290,8 +192,11 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
         default=[],
         metavar="NAME=TYPE",
         help=f"type of a channel (long layout) or column (wide): one of {', '.join(COLUMN_TYPES)}; "
-        "cells that are not of that type are failed rows. Default: inferred per batch",
+        "cells that are not of that type are failed rows. Default: decided from the whole input",
     )
+    parser.add_argument("--encoding", default="utf-8", help="text encoding of CSV and JSON-lines (strict)")
+    parser.add_argument("--delimiter", default=",", help="CSV field delimiter (one character; 'tab' for tabs)")
+    parser.add_argument("--decimal", default=".", choices=(".", ","), help="CSV decimal separator")
     parser.add_argument(
         "--target",
         default=None,
@@ -304,9 +209,19 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
     parser.add_argument(
         "--failed-output",
         default=None,
-        help="path prefix for rows and elements not written (JSON lines: file, row, line, column, reason)",
+        help="path prefix for what was not written: PREFIX-rows-*.failed.jsonl (rows and files: file, "
+        "row, line, column, raw text, reason; give the fixed file as --input to write its rows) and "
+        "PREFIX-elements-*.jsonl",
+    )
+    parser.add_argument(
+        "--max-bad-rows",
+        type=int,
+        default=0,
+        metavar="N",
+        help="exit 0 with up to N failed rows, files and elements (default 0: any failure exits 2)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args(argv)
     for t in args.tag:
         if "=" not in t:
@@ -315,6 +230,14 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
         name, _, typ = t.partition("=")
         if not name or typ not in COLUMN_TYPES:
             parser.error(f"--column-type {t!r} is not NAME=TYPE with TYPE one of {', '.join(COLUMN_TYPES)}")
+    if args.target and not args.dataset_rid:
+        parser.error(f"--target {args.target} needs --dataset-rid: the dataset to write into")
+    if args.max_bad_rows < 0:
+        parser.error(f"--max-bad-rows {args.max_bad_rows} is negative")
+    try:
+        options(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     return args, rest
 
 
@@ -337,10 +260,11 @@ class _ProgressPrinter:
 
     def _run(self) -> None:
         while not self._stop.wait(self._every):
-            rows, bad, files = PROGRESS.snapshot()
+            scanned, rows, bad, files = PROGRESS.snapshot()
             elapsed = time.perf_counter() - self._t0
             print(
-                f"files_to_nominal: {elapsed:.0f} s, {files} files done, {rows:,} rows read, {bad:,} bad rows",
+                f"files_to_nominal: {elapsed:.0f} s, {scanned:,} rows scanned for types, {rows:,} rows read, "
+                f"{bad:,} failed, {files} files done",
                 file=self._out,
                 flush=True,
             )
@@ -358,45 +282,123 @@ def main(argv: Sequence[str] | None = None) -> int:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
         runner = FnApiRunner()
+    failed_output = args.failed_output
+    scratch = None
+    if failed_output is None and local:
+        # Failed rows are kept for the summary's samples even when the user keeps none.
+        scratch = tempfile.mkdtemp(prefix="files_to_nominal-")
+        failed_output = os.path.join(scratch, "failed")
     t0 = time.perf_counter()
-    p = beam.Pipeline(runner=runner, options=PipelineOptions(beam_args))
-    build(p, args)
-    PROGRESS.__init__()  # type: ignore[misc]
-    with _ProgressPrinter(5.0, sys.stderr) if local and not args.quiet else contextlib.nullcontext():
-        result = p.run()
-        result.wait_until_finish()
-    elapsed = time.perf_counter() - t0
-    m = _metrics(result)
-    failed = m.get("bad_rows", 0) + m.get("failed_elements", 0)
-    print(summary(args, m, elapsed))
-    if failed and not args.failed_output:
-        return 2
-    return 0
+    try:
+        p = beam.Pipeline(runner=runner, options=PipelineOptions(beam_args))
+        build(p, args, failed_output)
+        PROGRESS.__init__()  # type: ignore[misc]
+        printer = _ProgressPrinter(args.progress_every, sys.stderr)
+        with printer if local and not args.quiet else contextlib.nullcontext():
+            result = p.run()
+            result.wait_until_finish()
+        elapsed = time.perf_counter() - t0
+        m = _metrics(result)
+        samples = _samples(failed_output) if failed_output else {}
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    text, code = summary(args, m, elapsed, samples)
+    print(text)
+    return code
 
 
-def summary(args: argparse.Namespace, m: Mapping[str, int], elapsed: float) -> str:
-    """The closing report: what landed where, what did not and where it went, how fast."""
+def _samples(prefix: str, per_category: int = 3) -> dict[str, list[dict[str, Any]]]:
+    """A few failed records of each category, from the failed output."""
+    import glob
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(glob.glob(prefix + "-*")):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                rec = json.loads(line)
+                cat = rec.get("category") or ("element" if rec.get("kind") == "element" else "?")
+                got = out.setdefault(cat, [])
+                if len(got) < per_category:
+                    got.append(rec)
+    return out
+
+
+def summary(
+    args: argparse.Namespace,
+    m: Mapping[str, int],
+    elapsed: float,
+    samples: Mapping[str, list[dict[str, Any]]] | None = None,
+) -> tuple[str, int]:
+    """The closing report and the exit status: what landed where, what did not, why, and what to do."""
     from beam_nominal.beam.transform import DEFAULT_LOCAL_DATASET
 
+    samples = samples or {}
     points = m.get("points", 0)
-    bad, failed = m.get("bad_rows", 0), m.get("failed_elements", 0)
+    bad, failed, bad_files = m.get("bad_rows", 0), m.get("failed_elements", 0), m.get("bad_files", 0)
+    empty_globs = m.get("empty_globs", 0)
+    files = m.get("files", 0)
     target = args.target or f"embedded local server (data in {os.path.abspath(args.data_dir)})"
     dataset = args.dataset_rid or DEFAULT_LOCAL_DATASET
-    if bad or failed:
-        where = f"in {args.failed_output}*.jsonl" if args.failed_output else "not kept: use --failed-output PREFIX"
+    total_failed = bad + failed + bad_files + empty_globs
+    if total_failed:
+        where = (
+            f"in {args.failed_output}-*" if args.failed_output else "not kept: give --failed-output PREFIX to keep them"
+        )
     else:
         where = "none"
     lines = [
         f"files_to_nominal: done in {elapsed:.1f} s",
-        f"  files read     {m.get('files', 0):,}, rows {m.get('rows', 0):,}",
-        f"  points written {points:,} in {m.get('series', 0):,} series ({points / max(elapsed, 1e-9):,.0f} points/s)",
-        f"  failed         {bad:,} rows, {failed:,} elements ({where})",
-        f"  dataset        {dataset}",
-        f"  target         {target}",
+        f"  files read     {files:,} of {m.get('files_matched', 0):,} matched, rows {m.get('rows', 0):,}",
     ]
+    inferred = [u for u in UNIT_NS if m.get(f"unit_inferred_{u}")]
+    if inferred:
+        lines.append(
+            f"  timestamps     numbers read as {inferred[0]} since the epoch (inferred from their magnitude; "
+            "--timestamp-unit sets it)"
+        )
+    lines += [
+        f"  points written {points:,} in {m.get('series', 0):,} series ({points / max(elapsed, 1e-9):,.0f} points/s)",
+        f"  failed         {bad:,} rows, {bad_files + empty_globs:,} files, {failed:,} elements ({where})",
+    ]
+    categories = {k.split(":", 1)[1]: v for k, v in m.items() if k.startswith("bad:") and v}
+    if bad_files or empty_globs:
+        categories["file"] = bad_files + empty_globs
+    if failed:
+        categories["element"] = failed
+    for cat, count in sorted(categories.items(), key=lambda kv: -kv[1]):
+        fix = FIXES.get(cat, "see the reason")
+        lines.append(f"    {count:,} {cat}: {fix}")
+        for rec in samples.get(cat, []):
+            lines.append("      " + _sample_text(rec))
+    lines += [f"  dataset        {dataset}", f"  target         {target}"]
     if m.get("files_written"):
         lines.append(f"  files written  {m['files_written']:,} ({m.get('bytes_written', 0):,} bytes)")
-    return "\n".join(lines)
+    code = 0
+    if not files and not m.get("files_matched", 0):
+        lines.append("  exit 2: no file matched --input")
+        code = 2
+    elif not files:
+        lines.append("  exit 2: no file could be read")
+        code = 2
+    elif total_failed > args.max_bad_rows:
+        allowed = f"--max-bad-rows {args.max_bad_rows}"
+        lines.append(f"  exit 2: {total_failed:,} failed, more than {allowed} allows")
+        code = 2
+    return "\n".join(lines), code
+
+
+def _sample_text(rec: Mapping[str, Any]) -> str:
+    if rec.get("kind") == "element":
+        return f"element {rec.get('element', '')[:120]}: {rec.get('reason', '')}"[:400]
+    if rec.get("kind") == "file":
+        return f"{rec['file']}: {rec['reason']}"[:400]
+    at = f"{rec['file']} row {rec['row']}"
+    if rec.get("line") is not None:
+        at += f" (line {rec['line']})"
+    if rec.get("column"):
+        at += f" column {rec['column']!r}"
+    return f"{at}: {rec['reason']}"[:400]
 
 
 def _metrics(result: Any) -> dict[str, int]:

@@ -34,7 +34,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
 def _run(server: LocalServer, tmp_path: Path, rid: str, inputs: list[Path], *extra: str) -> tuple[int, str, list]:
     failed = tmp_path / "failed" / "out"
     argv = [a for p in inputs for a in ("--input", str(p))]
-    argv += ["--target", server.target, "--dataset-rid", rid, "--failed-output", str(failed), "--quiet", *extra]
+    argv += ["--target", server.target, "--dataset-rid", rid, "--failed-output", str(failed), "--quiet"]
+    argv += ["--max-bad-rows", "100", *extra]
     import contextlib
     import io
 
@@ -58,7 +59,7 @@ def _summary_counts(text: str) -> dict[str, int]:
         "points": num(r"points written ([\d,]+)"),
         "series": num(r"in ([\d,]+) series"),
         "bad_rows": num(r"failed\s+([\d,]+) rows"),
-        "failed_elements": num(r"rows, ([\d,]+) elements"),
+        "failed_elements": num(r"files, ([\d,]+) elements"),
     }
 
 
@@ -253,7 +254,7 @@ def test_files_to_an_avro_prefix_and_back_into_a_server(server: LocalServer, tmp
     code, out, _ = _run(server, tmp_path, rid, [tmp_path / "in.csv"], "--tag", "run=1")
     assert code == 0
     argv = ["--input", str(tmp_path / "in.csv"), "--target", f"{prefix}/", "--dataset-rid", rid, "--tag", "run=1"]
-    argv += ["--failed-output", str(tmp_path / "avro-failed" / "out"), "--quiet"]
+    argv += ["--failed-output", str(tmp_path / "avro-failed" / "out"), "--quiet", "--max-bad-rows", "2"]
     assert files_to_nominal.main(argv) == 0
     avro_bad = [json.loads(x) for f in (tmp_path / "avro-failed").glob("*") for x in f.read_text().splitlines()]
     # Avro's long is int64: the two uint64 values are bad rows there (they landed in the server above).
@@ -286,7 +287,7 @@ def test_progress_lines_report_rows_while_the_job_runs() -> None:
         deadline = _time.monotonic() + 10
         while "1,234 rows read" not in out.getvalue() and _time.monotonic() < deadline:
             printer._stop.wait(0.01)
-    assert "2 files done, 1,234 rows read, 5 bad rows" in out.getvalue()
+    assert "1,234 rows read, 5 failed, 2 files done" in out.getvalue()
 
 
 def test_csv_row_numbers_stay_exact_when_the_fast_reader_hands_over(
@@ -302,16 +303,20 @@ def test_csv_row_numbers_stay_exact_when_the_fast_reader_hands_over(
     lines[2700] = f"c1,{T0 + 2699},not-a-number-at-all"  # row 2699 (after the blank line), line 2701
     path = tmp_path / "long.csv"
     path.write_text("\n".join(lines) + "\n")
-    cfg = _read.Layout("long", "timestamp", "ns", "channel", "value", None, {})
-    batches = list(_read.csv_rows(open(path, "rb"), str(path), reopen=lambda: open(path, "rb")))  # noqa: SIM115
+    cfg = _read.Options(timestamp_unit="ns")
+    batches = list(_read.csv_rows(lambda: path.open("rb"), str(path), cfg))
     rows = [b for b in batches if isinstance(b, _read.Rows)]
+    scan = _read.Scan()
+    for r in rows:
+        _read.scan_rows(r, cfg, scan)
+    pl = _read.plan(scan, cfg)
     assert len(rows) >= 3 and rows[0].rows[0] == 1  # a fast batch first, then the Python reader
     bad = [b for b in batches if isinstance(b, _read.BadRow)]
-    bad += [e for r in rows for e in _read.elements(r, cfg) if isinstance(e, _read.BadRow)]
+    bad += [e for r in rows for e in _read.elements(r, cfg, pl) if isinstance(e, _read.BadRow)]
     assert sorted((b.row, b.line) for b in bad) == [(2001, 2002), (2699, 2701)]
     got: dict[str, list[tuple[int, int]]] = {}
     for r in rows:
-        for e in _read.elements(r, cfg):
+        for e in _read.elements(r, cfg, pl):
             if not isinstance(e, _read.BadRow):
                 got.setdefault(e[0], []).extend(zip(e[1].tolist(), e[2].tolist(), strict=True))
     expected: dict[str, list[tuple[int, int]]] = {}
@@ -319,3 +324,20 @@ def test_csv_row_numbers_stay_exact_when_the_fast_reader_hands_over(
         if i not in (2000, 2698):
             expected.setdefault(f"c{i % 3}", []).append((T0 + i, i))
     assert {k: sorted(v) for k, v in got.items()} == expected
+
+
+def test_failed_rows_fixed_in_place_replay_with_the_same_command(server: LocalServer, tmp_path: Path) -> None:
+    """The failed-rows file holds each row's raw text: fixed and given as --input, its rows land."""
+    (tmp_path / "in.csv").write_text(f"timestamp;a;b\n{T0};1,5;x\n{T0 + S};1e400;y\n{T0 + 2 * S};2,25;\n")
+    rid = "ri.test.replay"
+    args = ["--layout", "wide", "--delimiter", ";", "--decimal", ",", "--timestamp-unit", "ns"]
+    code, out, records = _run(server, tmp_path, rid, [tmp_path / "in.csv"], *args)
+    assert [(r["row"], r["column"], r["category"]) for r in records] == [(2, "a", "number")], out
+    # A wide row's failed cell keeps the timestamp and that cell: the replay writes only it.
+    assert records[0]["raw"] == f"{T0 + S};1e400" and records[0]["header"] == "timestamp;a"
+    failed = next((tmp_path / "failed").glob("out-rows-*.failed.jsonl"))
+    failed.write_text(failed.read_text().replace("1e400", "3,5"))
+    code, out, records = _run(server, tmp_path / "again", rid, [failed], *args)
+    assert code == 0 and records == [], out
+    assert _points(server, rid, "a") == [(T0, 1.5), (T0 + S, 3.5), (T0 + 2 * S, 2.25)]
+    assert _points(server, rid, "b") == [(T0, "x"), (T0 + S, "y")]

@@ -120,3 +120,27 @@ def test_synthetic_telemetry_writes_and_verifies_what_it_generated(tmp_path: Pat
     assert kinds == {"double", "int64", "string", "double_array"}
     phases = set(LocalStore(data).read(rid, "flight.phase", {"vehicle": "sim-0"}).column("value").to_pylist())
     assert phases == set(synthetic_telemetry.FLIGHT_PHASES)
+
+
+def test_progress_lines_move_under_python_m_for_one_file(tmp_path: Path) -> None:
+    """Under ``python -m`` the readers the runner unpickles count into the progress line's counter."""
+    import subprocess
+    import sys
+
+    rows = 300_000
+    (tmp_path / "big.csv").write_text("timestamp,a\n" + "".join(f"{T0 + i},{i}\n" for i in range(rows)))
+    cmd = [sys.executable, "-m", "pipelines.files_to_nominal", "--input", str(tmp_path / "big.csv")]
+    cmd += ["--layout", "wide", "--data-dir", str(tmp_path / "data"), "--progress-every", "0.1"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [x for x in done.stderr.splitlines() if x.startswith("files_to_nominal: ")]
+    moving = [x for x in lines if " 0 rows scanned" not in x or " 0 rows read" not in x]
+    assert moving, done.stderr[-2000:]
+    assert f"rows {rows:,}" in done.stdout
+
+
+def test_a_target_without_a_dataset_rid_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        files_to_nominal.parse_args(["--input", "x.csv", "--target", "https://example.invalid/api"])
+    assert info.value.code == 2
+    assert "needs --dataset-rid" in capsys.readouterr().err
