@@ -676,7 +676,7 @@ class PointBatch:
         and a one-element bundle of a wide record would otherwise check a hundred names.
         """
         keys, on_rebind = self._keys, self.on_rebind
-        self.__init__(dict(self._base) or None)  # type: ignore[misc]
+        self.__init__(dict(self._base) or None, self._zone)  # type: ignore[misc]
         if len(keys) <= _KEYS_KEPT:
             self._keys = keys
         self.on_rebind = on_rebind

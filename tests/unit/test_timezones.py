@@ -199,3 +199,11 @@ def test_nat_as_a_timestamp_is_missing_not_ambiguous() -> None:
         PointBatch().add_series("c", np.array(["NaT", "2026-01-01"], dtype="datetime64[ns]"), [1.0, 2.0])
     with pytest.raises(ElementError, match="1 null timestamps"):
         PointBatch().add_table(pd.DataFrame({"c": [1.0, 2.0]}, index=pd.DatetimeIndex([None, UTC_NS], tz="UTC")), "t")
+
+
+def test_a_cleared_batch_keeps_its_zone() -> None:
+    """WriteToNominal clears its batch at every bundle: the zone must survive it."""
+    b = PointBatch(timezone="Europe/Berlin")
+    b.clear()
+    b.add_tagged("c", _naive_text(), 1.0, None)
+    assert _times(b) == [BERLIN_NS]
