@@ -5,6 +5,9 @@ rule (a missing value is no point) for NA and NaT, in tables, columns and record
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +235,15 @@ def test_a_frame_without_timestamps_or_with_bad_names_is_refused_saying_what_to_
             s.enqueue_table({"timestamp": [TS[0]], "v": [1.0]})
         s.enqueue_table(pd.DataFrame({"v": [1.0]}, index=pd.DatetimeIndex([TS[0]], tz="UTC")))
     assert _read(server) == {"v": ("double", [(TS[0], exact(1.0))])}
+
+
+def test_the_readme_dataframe_example_runs_as_printed(tmp_path: Path) -> None:
+    """README.md's DataFrame example, run as a user would from a fresh directory: it prints what
+    its comment says."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "enqueue_table(frame)" in b]
+    printed = re.search(r"# (\{'timestamp'.*\}): ", block)
+    assert printed is not None, block
+    done = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == printed.group(1)
