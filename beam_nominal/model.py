@@ -20,7 +20,12 @@ __all__ = [
     "MAX_NAME_CHARS",
     "SeriesKey",
     "ValueType",
+    "arrow_timestamps_ns",
+    "check_timezone",
     "holds_int64_min",
+    "is_missing",
+    "localize",
+    "naive_error",
     "timestamp_ns",
     "timestamps_ns",
 ]
@@ -153,7 +158,7 @@ class SeriesKey(NamedTuple):
 
 _ISO = re.compile(
     r"^(?P<date>\d{4}-\d{2}-\d{2})[T ](?P<h>\d{2}):(?P<m>\d{2})(?::(?P<s>\d{2})(?:[.,](?P<frac>\d{1,9}))?)?"
-    r"(?P<tz>Z|z|[+-]\d{2}:?\d{2})$"
+    r"(?P<tz>Z|z|[+-]\d{2}:?\d{2})?$"
 )
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _NS_UNITS = {
@@ -167,6 +172,74 @@ _NS_UNITS = {
     "ns": 1,
 }
 
+#: What each naive container is told to do, after what every one is told (name the zone).
+_NAIVE_FIXES = {
+    "str": "add the offset to the text (…Z, +02:00)",
+    "datetime": "give it a tzinfo (.replace(tzinfo=datetime.timezone.utc) if it is UTC)",
+    "pandas": "localize it (.tz_localize('UTC') if it is UTC; a DatetimeIndex or Series alike)",
+    "datetime64": "give int64 ns instead (.astype('datetime64[ns]').view('int64') if they are UTC)",
+    "arrow": "cast the column to a zoned type (pa.timestamp('ns', tz='UTC') if it is UTC) or to int64 ns",
+}
+
+
+def naive_error(what: str, shown: str) -> ValueError:
+    """The one refusal of a naive timestamp: what it is, and the fixes (``what`` keys _NAIVE_FIXES)."""
+    return ValueError(
+        f"{shown} has no timezone, so which instant it is is ambiguous (UTC? local time?): "
+        f"{_NAIVE_FIXES[what]}, or name the zone its readings are in (timezone='UTC', or e.g. 'Europe/Berlin')"
+    )
+
+
+def check_timezone(timezone: Any, owner: str = "timezone") -> str | None:
+    """``timezone`` checked: None, or a zone name Arrow knows ('UTC', an IANA name such as
+    'Europe/Berlin', or a fixed offset '+02:00'). Returns it.
+
+    Raises:
+        TypeError / ValueError: anything else, shown.
+    """
+    if timezone is None:
+        return None
+    if not isinstance(timezone, str) or not timezone:
+        raise TypeError(f"{owner} must be a zone name such as 'UTC' or 'Europe/Berlin', got {timezone!r}")
+    try:
+        localize(np.zeros(1, dtype=np.int64), timezone)
+    except ValueError:
+        raise ValueError(
+            f"{owner} {timezone!r} is not a zone Arrow knows: give 'UTC', an IANA name such as 'Europe/Berlin' "
+            "or a fixed offset such as '+02:00'"
+        ) from None
+    return timezone
+
+
+def localize(wall_ns: npt.NDArray[np.int64], timezone: str) -> npt.NDArray[np.int64]:
+    """Naive readings (wall-clock nanoseconds, as if they were UTC) in ``timezone``, as int64 ns
+    since the epoch: the only place a naive reading is given a zone, so every container
+    shifts alike. A reading a DST change makes ambiguous or skips is refused, never guessed.
+
+    Raises:
+        ValueError: an unknown zone, or a reading that does not name one instant in it.
+    """
+    if timezone == "UTC":
+        return wall_ns
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        zoned = pc.assume_timezone(
+            pa.array(wall_ns, pa.timestamp("ns")), timezone=timezone, ambiguous="raise", nonexistent="raise"
+        )
+    except (pa.ArrowInvalid, pa.ArrowKeyError, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(f"naive timestamps in {timezone!r}: {exc}") from None
+    return np.asarray(zoned.cast(pa.int64()).to_numpy(), dtype=np.int64)
+
+
+def _localize_one(wall_ns: int, timezone: str | None, what: str, shown: str) -> int:
+    if timezone is None:
+        raise naive_error(what, shown)
+    if timezone == "UTC":
+        return wall_ns
+    return int(localize(np.array([_check_range(wall_ns, shown)], dtype=np.int64), timezone)[0])
+
 
 def _check_range(ns: int, original: Any) -> int:
     if not _INT64_MIN < ns <= _INT64_MAX:
@@ -174,16 +247,15 @@ def _check_range(ns: int, original: Any) -> int:
     return ns
 
 
-def _datetime_ns(value: _dt.datetime) -> int:
+def _datetime_ns(value: _dt.datetime, timezone: str | None = None) -> int:
     if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(
-            f"naive datetime {value.isoformat()} is ambiguous: give it a timezone (e.g. tzinfo=timezone.utc)"
-        )
+        wall = _datetime_ns(value.replace(tzinfo=_dt.timezone.utc))
+        return _localize_one(wall, timezone, "datetime", f"naive datetime {value.isoformat()}")
     delta = value - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 10**9 + delta.microseconds * 1000
 
 
-def _iso_ns(text: str) -> int:
+def _iso_ns(text: str, timezone: str | None = None) -> int:
     m = _ISO.match(text.strip())
     if m is None:
         raise ValueError(
@@ -196,6 +268,10 @@ def _iso_ns(text: str) -> int:
     except ValueError as exc:
         raise ValueError(f"timestamp string {text!r:.80} is not a valid date and time: {exc}") from None
     tz = m["tz"]
+    frac = (m["frac"] or "").ljust(9, "0")
+    wall = _datetime_ns(base) + int(frac or 0)
+    if tz is None:
+        return _localize_one(wall, timezone, "str", f"ISO-8601 timestamp string {text!r:.80}")
     offset_s = 0
     if tz not in ("Z", "z"):
         sign = -1 if tz[0] == "-" else 1
@@ -205,8 +281,7 @@ def _iso_ns(text: str) -> int:
         if hours > 23 or minutes > 59:
             raise ValueError(f"timestamp string {text!r:.80} has UTC offset {tz}, outside -23:59..+23:59")
         offset_s = sign * (hours * 3600 + minutes * 60)
-    frac = (m["frac"] or "").ljust(9, "0")
-    return _datetime_ns(base) - offset_s * 10**9 + int(frac or 0)
+    return wall - offset_s * 10**9
 
 
 # Units finer than a nanosecond: how many make one.
@@ -235,38 +310,53 @@ def _datetime64_ns(value: np.datetime64) -> int:
     raise ValueError(f"timestamp {value!r:.80} has unsupported datetime64 unit {unit!r}")
 
 
-def timestamp_ns(value: Any) -> int:
+def is_missing(value: Any) -> bool:
+    """Whether ``value`` is a missing-value marker: None, pandas' ``NA`` or ``NaT``, numpy's
+    ``NaT``. Such a value is no point (a gap in a record, a table or a column); as a timestamp it
+    is refused, since a point without a time cannot land. A float NaN is a value, not missing."""
+    if value is None:
+        return True
+    name = type(value).__name__
+    if name in ("NAType", "NaTType"):
+        return True
+    return isinstance(value, np.datetime64) and bool(np.isnat(value))
+
+
+def timestamp_ns(value: Any, timezone: str | None = None) -> int:
     """Convert one timestamp to int64 nanoseconds since the Unix epoch, exactly.
 
     Accepts int nanoseconds, aware ``datetime``, ISO-8601 strings with a timezone and up to nine
-    fractional digits, ``numpy.datetime64`` of any unit (taken as UTC), pandas ``Timestamp`` and
-    Beam ``Timestamp``.
+    fractional digits, pandas ``Timestamp`` with a zone and Beam ``Timestamp``; with
+    ``timezone`` (a zone name, see :func:`check_timezone`) also naive readings.
 
-    One rule for zones: a count of time since the epoch is UTC by definition, so zoneless
-    *counts* (int ns, ``datetime64``, Arrow ``timestamp`` columns without a tz) are taken as
-    UTC; a zoneless *wall-clock reading* (a naive ``datetime`` or pandas ``Timestamp``, which
-    Python itself takes as local time, or an ISO string without an offset) is ambiguous and
-    refused.
+    One rule for zones, in every container: an int count of nanoseconds since the epoch (and a
+    Beam ``Timestamp``, a count of microseconds) is UTC by definition. Every other form is a
+    reading of a calendar and clock: one with a zone or offset is exact; a naive one (a naive
+    ``datetime`` or pandas ``Timestamp``, an ISO string without an offset, any numpy
+    ``datetime64``, an Arrow ``timestamp`` without a tz) is refused, with the fix in the
+    message, unless ``timezone`` names the zone its readings are in. Nothing is ever assumed.
 
     Raises:
-        ValueError: naive datetimes and strings, out-of-range values, unparseable strings.
+        ValueError: naive readings without ``timezone``, NaT/NA, out-of-range values,
+            unparseable strings.
         TypeError: floats (seconds or nanoseconds? ambiguous) and other types.
     """
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
         return _check_range(int(value), value)
     if isinstance(value, str):
-        return _check_range(_iso_ns(value), value)
+        return _check_range(_iso_ns(value, timezone), value)
+    if is_missing(value):
+        raise ValueError(f"timestamp is missing ({value}): drop the rows without a time first (e.g. df.dropna())")
     if isinstance(value, np.datetime64):
-        if np.isnat(value):
-            raise ValueError("timestamp is NaT")
-        return _check_range(_datetime64_ns(value), value)
+        wall = _check_range(_datetime64_ns(value), value)
+        return _localize_one(wall, timezone, "datetime64", f"numpy {value!r:.80}")
     # pandas.Timestamp is a datetime subclass carrying nanoseconds in .value; check it first.
     if type(value).__name__ == "Timestamp" and hasattr(value, "nanosecond") and hasattr(value, "value"):
         if value.tzinfo is None:
-            raise ValueError(f"naive pandas Timestamp {value} is ambiguous: localize it (tz='UTC')")
+            return _localize_one(int(value.value), timezone, "pandas", f"naive pandas Timestamp {value}")
         return _check_range(int(value.value), value)
     if isinstance(value, _dt.datetime):
-        return _check_range(_datetime_ns(value), value)
+        return _check_range(_datetime_ns(value, timezone), value)
     if hasattr(value, "micros") and type(value).__module__.startswith("apache_beam"):
         return _check_range(int(value.micros) * 1000, value)
     if isinstance(value, (float, np.floating)):
@@ -290,13 +380,17 @@ def holds_int64_min(ns: npt.NDArray[np.int64]) -> bool:
 _minimum = np.minimum.reduce
 
 
-def timestamps_ns(values: Any) -> npt.NDArray[np.int64]:
+def timestamps_ns(values: Any, timezone: str | None = None) -> npt.NDArray[np.int64]:
     """Convert a column of timestamps to an int64 nanosecond array, vectorised where possible.
 
     Integer arrays are taken as nanoseconds; ``datetime64`` arrays of any unit are converted
-    exactly (overflow is an error, not a wrap). Other sequences go element by element through
+    exactly (overflow is an error, not a wrap) and, being naive, localized in ``timezone`` or
+    refused (:func:`timestamp_ns`'s one zone rule); Arrow arrays go through
+    :func:`arrow_timestamps_ns`. Other sequences go element by element through
     :func:`timestamp_ns`.
     """
+    if _is_arrow(values):
+        return arrow_timestamps_ns(values, timezone)
     if isinstance(values, np.ndarray):
         if values.ndim != 1:
             # A 2-D int array would pass as nanoseconds and fail the whole request at encoding.
@@ -313,19 +407,12 @@ def timestamps_ns(values: Any) -> npt.NDArray[np.int64]:
             return values.astype(np.int64)
         if values.dtype.kind == "M":
             if np.isnat(values).any():
-                raise ValueError(f"timestamp NaT at index {int(np.argmax(np.isnat(values)))}")
-            unit, count = np.datetime_data(values.dtype)
-            raw = values.view(np.int64)
-            scale = _NS_UNITS.get(unit)
-            if scale is not None and count == 1:
-                if scale == 1:
-                    return raw
-                limit = _INT64_MAX // scale
-                if raw.size and (raw.max() > limit or raw.min() < -limit):
-                    raise ValueError(f"timestamp outside the int64 nanosecond range ({unit} input)")
-                return raw * scale
-            # Calendar, sub-nanosecond and multiplied units: element by element, exactly (below).
-            values = list(values)
+                i = int(np.argmax(np.isnat(values)))
+                raise ValueError(f"timestamp at index {i} is missing (NaT): drop the rows without a time first")
+            wall = _datetime64_array_ns(values)
+            if timezone is None:
+                raise naive_error("datetime64", f"numpy {values.dtype} array")
+            return localize(wall, timezone)
         elif values.dtype.kind == "f":
             raise TypeError("float timestamps are ambiguous: give int nanoseconds or datetime64")
         else:
@@ -333,7 +420,69 @@ def timestamps_ns(values: Any) -> npt.NDArray[np.int64]:
     out = np.empty(len(values), dtype=np.int64)
     for i, v in enumerate(values):
         try:
-            out[i] = timestamp_ns(v)
+            out[i] = timestamp_ns(v, timezone)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"timestamps[{i}]: {exc}") from None
     return out
+
+
+def _datetime64_array_ns(values: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """A datetime64 array's wall-clock readings in ns, exactly (overflow is an error)."""
+    unit, count = np.datetime_data(values.dtype)
+    raw = values.view(np.int64)
+    scale = _NS_UNITS.get(unit)
+    if scale is not None and count == 1:
+        if scale == 1:
+            return raw
+        limit = _INT64_MAX // scale
+        if raw.size and (raw.max() > limit or raw.min() < -limit):
+            raise ValueError(f"timestamp outside the int64 nanosecond range ({unit} input)")
+        return raw * scale
+    # Calendar, sub-nanosecond and multiplied units: element by element, exactly.
+    out = np.empty(len(values), dtype=np.int64)
+    for i, v in enumerate(values):
+        try:
+            out[i] = _check_range(_datetime64_ns(v), v)
+        except ValueError as exc:
+            raise ValueError(f"timestamps[{i}]: {exc}") from None
+    return out
+
+
+def _is_arrow(values: Any) -> bool:
+    # pyarrow's Array subclasses and ChunkedArray; pyarrow is not imported here.
+    return type(values).__module__.startswith("pyarrow") and hasattr(values, "null_count") and hasattr(values, "type")
+
+
+def arrow_timestamps_ns(col: Any, timezone: str | None = None, name: str = "timestamp") -> npt.NDArray[np.int64]:
+    """An Arrow timestamp or integer column as int64 ns, exactly (no nulls allowed).
+
+    A ``timestamp`` with a tz is exact; one without (pandas' and Parquet's default
+    ``timestamp[us]``) is a naive reading: localized in ``timezone``, else refused.
+    Integers are nanoseconds.
+
+    Raises:
+        ValueError: nulls, naive timestamps without ``timezone``, values beyond int64 ns.
+        TypeError: another type.
+    """
+    import pyarrow as pa
+
+    if col.null_count:
+        raise ValueError(
+            f"{col.null_count} null timestamps (of {len(col)}): a point needs a time, "
+            "so drop the rows without one first (e.g. df.dropna(subset=[...]))"
+        )
+    t = col.type
+    if pa.types.is_timestamp(t):
+        try:
+            raw = col.cast(pa.timestamp("ns", t.tz)).cast(pa.int64())
+        except pa.ArrowInvalid as exc:
+            raise ValueError(f"timestamp outside the int64 nanosecond range: {exc}") from None
+        ns = np.asarray(raw.to_numpy(), dtype=np.int64)
+        if t.tz is not None:
+            return ns
+        if timezone is None:
+            raise naive_error("arrow", f"column {name!r} of Arrow type {t}")
+        return localize(ns, timezone)
+    if pa.types.is_integer(t):
+        return timestamps_ns(col.to_numpy(), timezone)
+    raise TypeError(f"timestamp column {name!r} has type {t}; use a zoned timestamp or int64 ns")

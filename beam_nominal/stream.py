@@ -39,7 +39,7 @@ from beam_nominal._pipeline.staging import Chunk, PointBatch, double_bytes
 from beam_nominal._pipeline.uploader import Outcome, Uploader, WorkerPool
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
-from beam_nominal.model import SeriesKey, ValueType
+from beam_nominal.model import SeriesKey, ValueType, check_timezone
 from beam_nominal.settings import BatchSettings, RetrySettings, UploadSettings, resolve
 from beam_nominal.targets.base import FIRST_CONTACT_TIMEOUT, Request, Target, first_contact
 
@@ -116,6 +116,7 @@ class _Core:
         source_name: str | None,
         clock: Callable[[], float],
         workers: WorkerPool | None = None,
+        timezone: str | None = None,
     ) -> None:
         self.target = target
         self.owns_target = owns_target
@@ -131,7 +132,7 @@ class _Core:
         self.close_lock = threading.Lock()
         self.buffer = Buffer()
         #: Checked points not yet in the buffer (every write goes through it; see the facade).
-        self.staged = PointBatch()
+        self.staged = PointBatch(timezone=timezone)
         self.state = StreamState.OPEN
         #: ``state is OPEN``, as a plain bool for the hot path.
         self.accepting = True
@@ -678,6 +679,12 @@ class NominalStream(_WritesBase):
             A target with an int attribute ``preferred_request_bytes`` sets the request size
             unless ``max_request_bytes=`` is given as a keyword (bounded by half the buffer).
         source_name: optional source name carried by every request.
+        timezone: the zone naive timestamps are readings in (``"UTC"``, an IANA name such as
+            ``"Europe/Berlin"``, a fixed offset ``"+02:00"``); a reading a DST change makes
+            ambiguous is refused. ``None`` (default): a naive timestamp (a naive ``datetime`` or
+            pandas ``Timestamp``, an ISO string without an offset, a ``datetime64``, an Arrow
+            timestamp without a tz, a naive DatetimeIndex) is refused with the fix in the error;
+            int ns are UTC by definition.
         ca_file: trusted roots for ``https``/``grpcs`` URLs (system roots by default).
         format: for ``http(s)://`` URLs, ``"row"`` (default: the endpoint every Nominal
             deployment serves) or ``"columnar"``; ``fallback_to_row=True`` lets a columnar
@@ -707,6 +714,7 @@ class NominalStream(_WritesBase):
         upload: UploadSettings | None = None,
         retry: RetrySettings | None = None,
         source_name: str | None = None,
+        timezone: str | None = None,
         ca_file: str | os.PathLike[str] | None = None,
         format: str | None = None,
         fallback_to_row: bool = False,
@@ -717,6 +725,7 @@ class NominalStream(_WritesBase):
         if not isinstance(dataset_rid, str) or not dataset_rid:
             raise ValueError(f"dataset_rid must be a non-empty string, got {dataset_rid!r}")
         batch, upload, retry, given = resolve(batch, upload, retry, **settings)
+        check_timezone(timezone, "NominalStream timezone")
         made, owns = _make_target(target, dataset_rid, token, ca_file, format, fallback_to_row)
         preferred = getattr(made, "preferred_request_bytes", None)
         if isinstance(preferred, int) and "max_request_bytes" not in given:
@@ -735,7 +744,9 @@ class NominalStream(_WritesBase):
                     made = _CloseOnlyFallback(made)
                 owns = True
             first_contact(made, dataset_rid, min(FIRST_CONTACT_TIMEOUT, upload.attempt_timeout))
-            self._core = core = _Core(made, owns, dataset_rid, batch, upload, retry, source_name, clock, workers)
+            self._core = core = _Core(
+                made, owns, dataset_rid, batch, upload, retry, source_name, clock, workers, timezone
+            )
         except BaseException:
             if owns:
                 made.close()
@@ -858,13 +869,21 @@ class NominalStream(_WritesBase):
     def enqueue_table(
         self, table: Any, timestamp_column: str = "timestamp", tags: Mapping[str, str] | None = None
     ) -> None:
-        """Write a pyarrow ``Table`` or ``RecordBatch``: one channel per column besides timestamps.
+        """Write a table: one channel per column besides the timestamps.
 
-        Null values are skipped (Nominal has no null). Timestamp columns may be Arrow timestamps
-        (any unit; naive ones are taken as UTC, as Arrow stores UTC) or int64 nanoseconds.
+        A pyarrow ``Table`` or ``RecordBatch``, a pandas or polars DataFrame, a pandas Series
+        (one channel, named by its name, timestamped by its DatetimeIndex) or anything with
+        ``__arrow_c_stream__``. A pandas DataFrame without a ``timestamp_column`` column is
+        timestamped by its index (a DatetimeIndex, or one named ``timestamp_column``).
+
+        A missing value is no point: Arrow/polars nulls, and what pandas calls missing (``NA``,
+        ``NaT``, ``None``, ``NaN`` in a numpy float column; ``df.isna()``). Every other value
+        lands exactly: nullable ``Int64`` to the last bit, categoricals as their values, pandas
+        and polars strings. Timestamps: an Arrow timestamp with a tz (a tz-aware pandas column or
+        index, to the ns) or int64 ns; naive ones only with the stream's ``timezone``.
 
         Raises:
-            ValueError: no such timestamp column, or nulls in it.
+            ValueError: no timestamps, missing or naive ones, a column name that is not a str.
             SeriesTypeError / TypeError: a column conflicts with its series or has no Nominal type;
                 nothing from the table is buffered.
         """

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from beam_nominal._pipeline import frames
 from beam_nominal._pipeline.values import (
     SCALAR_CONVERTERS,
     UNCHECKED_TYPES,
@@ -54,7 +55,18 @@ from beam_nominal._pipeline.values import (
     value_bytes,
 )
 from beam_nominal.errors import SeriesTypeError
-from beam_nominal.model import MAX_NAME_CHARS, SeriesKey, ValueType, holds_int64_min, timestamp_ns, timestamps_ns
+from beam_nominal.model import (
+    MAX_NAME_CHARS,
+    SeriesKey,
+    ValueType,
+    arrow_timestamps_ns,
+    check_timezone,
+    holds_int64_min,
+    is_missing,
+    naive_error,
+    timestamp_ns,
+    timestamps_ns,
+)
 
 __all__ = ["Chunk", "ElementError", "PointBatch", "is_column"]
 
@@ -193,6 +205,8 @@ class PointBatch:
 
     Args:
         tags: tags of every series (an element's own tags win on a clash).
+        timezone: the zone naive timestamps are readings in (``model.check_timezone``); None
+            refuses them (``model.timestamp_ns``'s one zone rule).
 
     Every ``add*`` method raises :class:`ElementError` (shape, channel, tags, timestamp),
     :class:`~beam_nominal.errors.SeriesTypeError` (a value conflicting with its series' type)
@@ -200,7 +214,11 @@ class PointBatch:
     appended nothing of the element.
     """
 
-    def __init__(self, tags: Mapping[str, str] | None = None) -> None:
+    def __init__(self, tags: Mapping[str, str] | None = None, timezone: str | None = None) -> None:
+        self._zone = check_timezone(timezone)
+        #: An element's timestamp as int ns (an attribute, not a method: as cheap as the module
+        #: function it was for the int ns the hot paths see).
+        self._timestamp: Callable[[Any], int] = _timestamp if self._zone is None else _zoned(self._zone)
         self._base: tuple[tuple[str, str], ...] = SeriesKey.of("_", tags).tags if tags else ()
         self._slots: list[_Slot] = []
         self._by_key: dict[SeriesKey, _Slot] = {}
@@ -296,7 +314,7 @@ class PointBatch:
     def add_tagged(self, channel: Any, ts: Any, value: Any, tags: Any) -> None:
         """One point; ``tags`` (a mapping or None) are merged over the batch's tags."""
         slot, new = self._slot_for(channel, tags)
-        t = _timestamp(ts)
+        t = self._timestamp(ts)
         slot, value = self._value_for(slot, new, value)
         if new:
             self._register(slot, channel, tags)
@@ -323,7 +341,7 @@ class PointBatch:
         """
         if not isinstance(record, Mapping):
             raise ElementError("values", f"wide record values must be a mapping, got {type(record).__name__}")
-        t = _timestamp(ts)
+        t = self._timestamp(ts)
         items = _tag_items(tags)
         keys = tuple(record)
         types = tuple(map(type, record.values()))
@@ -375,7 +393,7 @@ class PointBatch:
         slots: list[_Slot | None] = []
         new: list[tuple[_Slot, Any]] = []
         for name, value in record.items():
-            if value is None or name in skip:
+            if value is None or name in skip or is_missing(value):
                 slots.append(None)
                 continue
             if isinstance(value, (Mapping, list, tuple, np.ndarray)):
@@ -431,7 +449,7 @@ class PointBatch:
     def _record_by_points(self, t: int, record: Mapping[Any, Any], tags: Any, skip: tuple[str, ...]) -> None:
         checked: list[tuple[_Slot, bool, Any, Any]] = []
         for name, value in record.items():
-            if value is None or name in skip:
+            if value is None or name in skip or is_missing(value):
                 continue
             slot, new = self._slot_for(name, tags, field="channels")
             slot, converted = self._value_for(slot, new, value, name)
@@ -479,6 +497,7 @@ class PointBatch:
                 if not holds_int64_min(ts):
                     return [double_column(slot.key, ts, values.copy())]
         slot, new = self._slot_for(channel, tags)
+        ts_pandas = frames.is_pandas(timestamps)
         timestamps, values = _as_column(timestamps), _as_column(values)
         if not is_column(timestamps):
             raise ElementError(
@@ -491,12 +510,26 @@ class PointBatch:
                 "values", f"channel {channel!r:.80}: {len(timestamps)} timestamps but {len(values)} values"
             )
         try:
-            ts = np.array(timestamps_ns(timestamps), dtype=np.int64, copy=True)
+            if ts_pandas and self._zone is None and _naive_arrow(timestamps):
+                raise naive_error("pandas", f"pandas timestamps ({timestamps.type})")
+            ts = np.array(timestamps_ns(timestamps, self._zone), dtype=np.int64, copy=True)
         except (TypeError, ValueError) as exc:
             raise ElementError("timestamps", f"channel {channel!r:.80}: {exc}") from None
-        if not len(ts):
+        if _is_arrow_array(values):
+            # Arrow (and pandas, by its missing rule) nulls are no points.
+            if values.null_count:
+                import pyarrow.compute as pc
+
+                valid = pc.is_valid(values)
+                ts = ts[valid.to_numpy(zero_copy_only=False)]
+                values = values.filter(valid)
+            if not len(ts):
+                return []
+            vt, vals, vbytes = arrow_column(channel, values, None if new else slot.vtype)
+        elif not len(ts):
             return []
-        vt, vals, vbytes = column(channel, values, None if new else slot.vtype)
+        else:
+            vt, vals, vbytes = column(channel, values, None if new else slot.vtype)
         if new:
             slot = _Slot(-1, slot.key, vt)
             self._register(slot, channel, tags)
@@ -510,9 +543,16 @@ class PointBatch:
         self._hold(self.table_chunks(table, timestamp_column, tags))
 
     def table_chunks(self, table: Any, timestamp_column: str, tags: Any = None) -> list[Chunk]:
-        """:meth:`add_table` without holding the points (see :meth:`series_chunks`)."""
+        """:meth:`add_table` without holding the points (see :meth:`series_chunks`); also a
+        pandas or polars DataFrame, a pandas Series or an ``__arrow_c_stream__`` object
+        (``frames.as_table``)."""
         import pyarrow as pa
         import pyarrow.compute as pc
+
+        try:
+            table, container = frames.as_table(table, timestamp_column)
+        except (TypeError, ValueError) as exc:
+            raise ElementError("table", str(exc)) from None
 
         # Columns by position, each as one Array: looking 50 columns up by name and combining
         # each (pyarrow's own calls) cost as much as converting them.
@@ -526,18 +566,12 @@ class PointBatch:
             twice = next(n for n in names if names.count(n) > 1)
             raise ElementError("columns", f"Arrow table has more than one column named {twice!r}")
         tcol = columns[names.index(timestamp_column)]
-        if tcol.null_count:
-            raise ElementError(timestamp_column, f"{tcol.null_count} null timestamps")
-        if pa.types.is_timestamp(tcol.type):
-            as_ns = pc.cast(tcol, pa.timestamp("ns", tcol.type.tz)).cast(pa.int64())
-            ts_all = np.asarray(as_ns.to_numpy(), dtype=np.int64)
-        elif pa.types.is_integer(tcol.type):
-            try:
-                ts_all = timestamps_ns(tcol.to_numpy())
-            except (TypeError, ValueError) as exc:
-                raise ElementError(timestamp_column, str(exc)) from None
-        else:
-            raise ElementError(timestamp_column, f"timestamp column has type {tcol.type}; use timestamp or int64 ns")
+        try:
+            if container == "pandas" and self._zone is None and _naive_arrow(tcol):
+                raise naive_error("pandas", f"DataFrame timestamps {timestamp_column!r} ({tcol.type})")
+            ts_all = arrow_timestamps_ns(tcol, self._zone, timestamp_column)
+        except (TypeError, ValueError) as exc:
+            raise ElementError(timestamp_column, str(exc)) from None
         # One copy the chunks own (Arrow's memory is the caller's), shared by every column
         # without nulls, as a wide record's columns share theirs.
         ts_owned = np.array(ts_all, dtype=np.int64)
@@ -571,10 +605,10 @@ class PointBatch:
         except TypeError:  # an unhashable channel: _slot_for names it
             slot = None
         if slot is not None and slot.vtype is vtype:  # a known series: no name to check
-            t = ts if type(ts) is int and _INT64_MIN < ts <= _INT64_MAX else _timestamp(ts)
+            t = ts if type(ts) is int and _INT64_MIN < ts <= _INT64_MAX else self._timestamp(ts)
         else:
             slot, new = self._slot_for(channel, tags)
-            t = _timestamp(ts)
+            t = self._timestamp(ts)
             if new:
                 slot = _Slot(-1, slot.key, vtype)
                 self._register(slot, channel, tags)
@@ -642,7 +676,7 @@ class PointBatch:
         and a one-element bundle of a wide record would otherwise check a hundred names.
         """
         keys, on_rebind = self._keys, self.on_rebind
-        self.__init__(dict(self._base) or None)  # type: ignore[misc]
+        self.__init__(dict(self._base) or None, self._zone)  # type: ignore[misc]
         if len(keys) <= _KEYS_KEPT:
             self._keys = keys
         self.on_rebind = on_rebind
@@ -723,8 +757,8 @@ class PointBatch:
     def _value_for(self, slot: _Slot, new: bool, value: Any, name: Any = None) -> tuple[_Slot, Any]:
         """The value converted for its series, and the slot typed by it if new."""
         channel = slot.key.channel
-        if value is None:
-            raise ElementError("value", f"value of channel {channel!r:.80} is None")
+        if value is None or (new and is_missing(value)):
+            raise _missing(channel, value)
         if new:
             vt, converted = _first_value(channel, value)
             return _Slot(-1, slot.key, vt, type(value)), converted
@@ -733,7 +767,7 @@ class PointBatch:
             try:
                 return slot, conv(value)
             except (Mismatch, UnicodeEncodeError):
-                raise _bad_value(channel, slot, value) from None
+                raise (_missing(channel, value) if is_missing(value) else _bad_value(channel, slot, value)) from None
         if slot.vtype is ValueType.STRUCT:
             if not isinstance(value, Mapping):
                 raise _bad_value(channel, slot, value)
@@ -990,6 +1024,14 @@ def _bad_value(channel: str, slot: _Slot, value: Any, got: str | None = None) ->
     )
 
 
+def _missing(channel: str, value: Any) -> ElementError:
+    return ElementError(
+        "value",
+        f"value of channel {channel!r:.80} is {'None' if value is None else f'missing ({value})'}: a missing "
+        "value is no point, so leave the point out (in a record or a table a missing value is a gap)",
+    )
+
+
 def _timestamp(ts: Any) -> int:
     if type(ts) is int and _INT64_MIN < ts <= _INT64_MAX:
         return ts
@@ -997,6 +1039,20 @@ def _timestamp(ts: Any) -> int:
         return timestamp_ns(ts)
     except (TypeError, ValueError) as exc:
         raise ElementError("timestamp", str(exc)) from None
+
+
+def _zoned(zone: str) -> Callable[[Any], int]:
+    """:func:`_timestamp` for a batch whose naive readings are in ``zone``."""
+
+    def timestamp(ts: Any) -> int:
+        if type(ts) is int and _INT64_MIN < ts <= _INT64_MAX:
+            return ts
+        try:
+            return timestamp_ns(ts, zone)
+        except (TypeError, ValueError) as exc:
+            raise ElementError("timestamp", str(exc)) from None
+
+    return timestamp
 
 
 def _tag_items(tags: Any) -> tuple[tuple[str, str], ...]:
@@ -1012,7 +1068,10 @@ def is_column(value: Any) -> bool:
     """Whether a field holds a column (of a series element) rather than one value."""
     if isinstance(value, np.ndarray):
         return value.ndim > 0  # a 0-d array is one value
-    return isinstance(value, (list, tuple)) or _is_arrow_array(value)
+    if isinstance(value, (list, tuple)):
+        return True
+    # pandas' Series, Index and arrays (a pandas Timestamp has no length); Arrow arrays.
+    return _is_arrow_array(value) or (type(value).__module__.startswith("pandas") and hasattr(value, "__len__"))
 
 
 def _is_arrow_array(value: Any) -> bool:
@@ -1020,11 +1079,23 @@ def _is_arrow_array(value: Any) -> bool:
     return type(value).__module__.startswith("pyarrow") and hasattr(value, "to_numpy") and hasattr(value, "null_count")
 
 
+def _naive_arrow(col: Any) -> bool:
+    """Whether ``col`` is an Arrow timestamp column without a zone."""
+    import pyarrow as pa
+
+    return _is_arrow_array(col) and pa.types.is_timestamp(col.type) and col.type.tz is None
+
+
 def _as_column(value: Any) -> Any:
+    """A column as the batch reads it: numpy arrays as they are, pandas objects as Arrow arrays
+    (by pandas' missing rule), Arrow arrays as they are (values' nulls are gaps; timestamps go
+    to ``timestamps_ns``, which reads Arrow), other sequences as lists."""
     if type(value) is np.ndarray:  # the common case, before the slower module and ABC tests
         return value
+    if frames.is_pandas(value):
+        return frames.pandas_column(value)
     if _is_arrow_array(value):
-        return value.to_numpy(zero_copy_only=False)
+        return value
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes, list, tuple)):
         return list(value)
     return value

@@ -483,6 +483,12 @@ def arrow_column(name: str, col: Any, pinned: ValueType | None) -> tuple[ValueTy
     if kind == "number":
         arr = col.to_numpy(zero_copy_only=False)
         return column(name, arr, pinned)
+    if kind == "dictionary":  # a pandas categorical, a polars Categorical/Enum: their values
+        return arrow_column(name, col.cast(t.value_type), pinned)
+    if kind == "string_view":  # polars' strings
+        import pyarrow as pa
+
+        return arrow_column(name, col.cast(pa.large_string()), pinned)
     if kind == "string":
         out = col.to_pylist()
         return check_pin(name, pinned, ValueType.STRING), out, value_bytes(ValueType.STRING, out)
@@ -510,9 +516,17 @@ def _arrow_kind(t: Any) -> str:
         return "number"
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return "string"
+    if pa.types.is_dictionary(t):
+        return "dictionary"
+    if getattr(pa.types, "is_string_view", lambda _: False)(t):
+        return "string_view"
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         vtype = t.value_type
-        if pa.types.is_string(vtype) or pa.types.is_large_string(vtype):
+        if (
+            pa.types.is_string(vtype)
+            or pa.types.is_large_string(vtype)
+            or getattr(pa.types, "is_string_view", lambda _: False)(vtype)
+        ):
             return "string_list"
         if pa.types.is_floating(vtype) or pa.types.is_integer(vtype):
             return "number_list"

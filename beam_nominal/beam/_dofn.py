@@ -98,6 +98,8 @@ class SinkConfig:
     token: Any = dataclasses.field(default=None, repr=False)
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     timestamp_field: str = "timestamp"
+    #: The zone naive timestamps are readings in (None: refused); checked by WriteToNominal.
+    timezone: str | None = None
     tags: Mapping[str, str] | None = None
     source_name: str | None = None
     #: Keywords for the target a URL names (``format``, ``fallback_to_row`` for HTTP).
@@ -260,7 +262,7 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
         self._metrics: SinkMetrics | None = None
         self._lineage: Callable[[], None] = lambda: None
         self._stream: Any = None
-        self._batch = PointBatch(config.tags)
+        self._batch = PointBatch(config.tags, config.timezone)
         self._readers: dict[type, Reader] = {}
         #: NamedTuple classes whose instances are (channel, timestamp, value) points as they are.
         self._points: set[type] = set()
@@ -468,7 +470,7 @@ class ToChunksDoFn(beam.DoFn):
     def __init__(self, config: SinkConfig) -> None:
         super().__init__()
         self._config = config
-        self._batch = PointBatch(config.tags)
+        self._batch = PointBatch(config.tags, config.timezone)
         self._readers: dict[type, Reader] = {}
         self._failed_counter: Any = None
 

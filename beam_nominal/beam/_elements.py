@@ -7,7 +7,9 @@ Shapes (README.md, "Element shapes"):
 * wide record: ``(timestamp, {channel: value}[, tags])``, a dict/Row/NamedTuple with a
   ``values`` (or ``channels``) mapping and a timestamp field, or a flat one with a timestamp field
   and one field per channel (``None`` is a gap), optionally a ``tags`` field;
-* a pyarrow ``Table``/``RecordBatch`` with a timestamp column and one column per channel.
+* a table: a pyarrow ``Table``/``RecordBatch``, a pandas or polars DataFrame, a pandas Series
+  or anything with ``__arrow_c_stream__``, with a timestamp column (a pandas one: or index) and
+  one column per channel.
 
 :func:`reader_for` picks a reader by an element's class, once per class (the caller keeps them
 in a dict by type), and binds it to one batch. A reader raises :class:`ElementError` naming the
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from beam_nominal._pipeline.frames import is_frame
 from beam_nominal._pipeline.staging import ElementError, PointBatch, is_column
 
 __all__ = ["ELEMENT_ERRORS", "SHAPE_FIELDS", "ElementError", "FailedElement", "is_point_fields", "is_row", "reader_for"]
@@ -114,7 +117,9 @@ def reader_for(element: Any, batch: PointBatch, timestamp_field: str) -> Reader:
     if isinstance(element, Mapping):
         # Read as a plain dict: looking a key up in some mappings adds it (defaultdict).
         return _mapping_reader(batch, timestamp_field, dict)
-    if cls.__name__ in ("Table", "RecordBatch") and cls.__module__.startswith("pyarrow"):
+    if is_frame(element):
+        # pyarrow Tables and RecordBatches, pandas and polars DataFrames, a pandas Series,
+        # anything with __arrow_c_stream__ (frames.as_table).
         return lambda table: batch.add_table(table, timestamp_field)
     if isinstance(element, tuple) and hasattr(cls, "_fields"):
         return _named_reader(batch, list(cls._fields), timestamp_field)
@@ -122,7 +127,10 @@ def reader_for(element: Any, batch: PointBatch, timestamp_field: str) -> Reader:
         # A Row's fields are its __dict__: read in place, where as_dict() would copy them.
         return _mapping_reader(batch, timestamp_field, vars)
     raise ElementError(
-        "element", f"unsupported element type {cls.__name__}: expected a point, series, wide record or Arrow table"
+        "element",
+        f"unsupported element type {cls.__name__}: expected a point, series or wide record (tuple, dict, "
+        "NamedTuple, beam.Row) or a table (pyarrow Table, pandas or polars DataFrame, pandas Series); "
+        "README.md, 'Element shapes'",
     )
 
 

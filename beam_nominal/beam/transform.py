@@ -29,6 +29,7 @@ from apache_beam.transforms.window import FixedWindows, GlobalWindows, Sessions,
 from beam_nominal._pipeline.staging import PointBatch
 from beam_nominal.beam._dofn import FAILED_TAG, SinkConfig, ToChunksDoFn, WriteChunksDoFn, WriteDoFn
 from beam_nominal.beam._elements import SHAPE_FIELDS as _SHAPE_FIELDS
+from beam_nominal.model import check_timezone
 from beam_nominal.settings import resolve
 from beam_nominal.targets._factory import http_options
 from beam_nominal.targets.avro_prefix import AvroPrefixTarget, WrittenFile, is_prefix
@@ -147,6 +148,11 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         fallback_to_row: with ``format="columnar"``, switch to row if the server does not serve
             the columnar endpoint (404/415) instead of failing.
         timestamp_field: name of the timestamp field/column of elements.
+        timezone: the zone naive timestamps are readings in (``"UTC"``, an IANA name such as
+            ``"Europe/Berlin"``, a fixed offset ``"+02:00"``). ``None`` (default): a naive
+            timestamp (a naive ``datetime`` or pandas ``Timestamp``, an ISO string without an
+            offset, a ``datetime64``, an Arrow timestamp without a tz) fails its element, with
+            the fix in the reason; int ns are UTC by definition.
         tags: tags added to every series (an element's own tags win on a clash).
         local_data_dir: data directory of the embedded server (default ``./nominal-data``).
         cross_bundle_batching: batch series chunks across bundles with
@@ -180,6 +186,7 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         format: str | None = None,
         fallback_to_row: bool = False,
         timestamp_field: str = "timestamp",
+        timezone: str | None = None,
         tags: Mapping[str, str] | None = None,
         local_data_dir: str | os.PathLike[str] | None = None,
         cross_bundle_batching: bool | None = None,
@@ -209,6 +216,7 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
                 f"timestamp_field {timestamp_field!r} is a field name of the element shapes "
                 f"({', '.join(sorted(_SHAPE_FIELDS))}); name the timestamp field otherwise"
             )
+        check_timezone(timezone, "WriteToNominal timezone")
         if cross_bundle_batching is not None and not isinstance(cross_bundle_batching, bool):
             raise TypeError(f"cross_bundle_batching must be True, False or None, got {cross_bundle_batching!r}")
         if batch_size < 1:
@@ -231,6 +239,7 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         self._dataset_rid = dataset_rid
         self._token = token
         self._timestamp_field = timestamp_field
+        self._timezone = timezone
         self._tags = dict(tags) if tags else None
         self._local_data_dir = local_data_dir
         self._cross_bundle = cross_bundle_batching
@@ -277,6 +286,7 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             token=self._token,
             settings=dict(self._settings),
             timestamp_field=self._timestamp_field,
+            timezone=self._timezone,
             tags=self._tags,
             target_options=self._target_options,
         )

@@ -23,8 +23,8 @@ NS_2024 = 1_704_067_200 * 10**9  # 2024-01-01T00:00:00Z
 
 
 def both(value: np.datetime64) -> list[int]:
-    """The value as a scalar and in an array: the two paths must agree."""
-    return [timestamp_ns(value), *timestamps_ns(np.array([value])).tolist()]
+    """The value as a scalar and in an array, read as UTC: the two paths must agree."""
+    return [timestamp_ns(value, "UTC"), *timestamps_ns(np.array([value]), "UTC").tolist()]
 
 
 # -- defect 4: datetime64 of every unit, exact or refused ----------------------------------------
@@ -63,7 +63,7 @@ def test_datetime64_of_every_unit_is_exact(value: np.datetime64, ns: int) -> Non
 
 def test_multiplied_calendar_unit_array() -> None:
     values = np.array(["2024-01", "2024-04"], dtype="datetime64[3M]")
-    assert timestamps_ns(values).tolist() == [NS_2024, NS_2024 + (31 + 29 + 31) * 86_400 * 10**9]
+    assert timestamps_ns(values, "UTC").tolist() == [NS_2024, NS_2024 + (31 + 29 + 31) * 86_400 * 10**9]
 
 
 @pytest.mark.parametrize("value", [np.datetime64(1500, "ps"), np.datetime64(1, "fs"), np.datetime64(1, "as")], ids=str)

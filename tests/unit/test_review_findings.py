@@ -59,8 +59,8 @@ def test_wide_records_of_long_strings_meet_backpressure() -> None:
 def test_datetime64_with_a_unit_multiplier() -> None:
     v = np.datetime64(5, "10ms")
     expected = int(v.astype("datetime64[ns]").astype(np.int64))  # 50 ms
-    assert timestamp_ns(v) == expected
-    assert timestamps_ns(np.array([v])).tolist() == [expected]
+    assert timestamp_ns(v, "UTC") == expected
+    assert timestamps_ns(np.array([v]), "UTC").tolist() == [expected]
 
 
 def test_request_written_off_at_close_is_not_also_sent_to_the_fallback() -> None:
