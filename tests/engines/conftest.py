@@ -1,7 +1,7 @@
 """The engine tier's shared parts: the Prism binary, a Prism job server and a worker pool per session.
 
 Everything started here runs on a free port in its own process group, logs into one directory
-(``engine_logs``) whose path a failing test prints, and is stopped when the session ends, also
+(``engine_logs``) whose path a failing test prints, and is stopped when the test run ends, also
 after a failure.
 """
 
@@ -79,7 +79,7 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(scope="session")
 def prism_job_server(prism_binary: str, engine_logs: Path) -> Iterator[str]:
-    """A Prism job server shared by the session's jobs; yields its ``host:port``."""
+    """A Prism job server shared by every job of the test run; yields its ``host:port``."""
     log = engine_logs / "prism.log"
     for _ in range(5):
         port = _free_port()
