@@ -10,22 +10,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import grpc
+from _ports import free_port
 
 __all__ = ["worker_pool"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _group_alive(pgid: int) -> bool:
@@ -52,7 +45,7 @@ def worker_pool(
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(pythonpath)
     for _ in range(5):
-        port = _free_port()
+        port = free_port()
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 [python, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"],

@@ -5,12 +5,12 @@ budget (120 s). FnApiRunner, as a user's first run would."""
 from __future__ import annotations
 
 import re
-import socket
 import time
 from collections.abc import Iterator
 
 import apache_beam as beam
 import pytest
+from _ports import free_port
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from beam_nominal.beam import WriteToNominal
@@ -21,12 +21,6 @@ pytestmark = pytest.mark.timeout(300)
 RID = "ri.misconfigured"
 #: The acceptance bound; each case takes well under a second here.
 FAST = 30.0
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +44,7 @@ def _run(target: str, token: str | None) -> tuple[float, str]:
 def test_closed_port_unknown_host_and_wrong_token_fail_within_seconds(
     server: LocalServer, wire: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    port = _closed_port()
+    port = free_port()
     cases = {
         "http": [
             (f"http://127.0.0.1:{port}/api", "right-token", "check the host and port, and that the server is running"),

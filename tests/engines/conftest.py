@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from _external import require
+from _ports import free_port
 from _worker_pool import worker_pool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,13 +56,6 @@ def prism_binary() -> str:
     return str(path)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM to the process group, SIGKILL if it is still there 20 s later."""
     for sig, wait in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 20.0)):
@@ -82,7 +76,7 @@ def prism_job_server(prism_binary: str, engine_logs: Path) -> Iterator[str]:
     """A Prism job server shared by every job of the test run; yields its ``host:port``."""
     log = engine_logs / "prism.log"
     for _ in range(5):
-        port = _free_port()
+        port = free_port()
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 [prism_binary, "--job_port", str(port), "--serve_http=false", "--log_level", "info"],

@@ -5,12 +5,12 @@ at the URL. A server that answers once and then goes away is an outage the retry
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _ports import free_port
 
 from beam_nominal import LocalServer, NominalStream
 from beam_nominal.errors import TargetError
@@ -22,12 +22,6 @@ pytestmark = pytest.mark.timeout(120)
 RID = "ri.first.contact"
 #: Each case must fail well inside this (they take milliseconds here).
 FAST = 30.0
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +45,7 @@ def _fails_fast(target: str, *, match: str, token: str | None = "right-token", *
 
 @pytest.mark.parametrize("scheme", ["http", "grpc"])
 def test_a_port_nobody_listens_on(scheme: str) -> None:
-    port = _closed_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/api" if scheme == "http" else f"grpc://127.0.0.1:{port}"
     err = _fails_fast(url, match="check the host and port, and that the server is running")
     assert str(err).startswith(url)
@@ -81,7 +75,7 @@ def test_tls_to_a_plaintext_listener(server: LocalServer) -> None:
 
 
 def test_a_fallback_does_not_hide_a_wrong_primary(tmp_path: Path) -> None:
-    _fails_fast(f"http://127.0.0.1:{_closed_port()}/api", match="connections", fallback=tmp_path / "undelivered.avro")
+    _fails_fast(f"http://127.0.0.1:{free_port()}/api", match="connections", fallback=tmp_path / "undelivered.avro")
 
 
 def test_the_right_target_stores_nothing_at_first_contact_and_writes(server: LocalServer) -> None:

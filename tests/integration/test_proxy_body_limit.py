@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _external import require
+from _ports import free_port
 from aiohttp import web
 
 from beam_nominal import LocalServer, NominalStream
@@ -60,12 +61,6 @@ http {{
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class _Keys:
     """Records the idempotency key and body size of every write request the server is sent."""
 
@@ -88,7 +83,7 @@ def behind_nginx(tmp_path: Path) -> Iterator[tuple[str, LocalServer, _Keys]]:
         backend = int(server.http_url.rsplit(":", 1)[1].split("/")[0])
         conf_dir = tmp_path / "nginx"
         conf_dir.mkdir()
-        port = _free_port()
+        port = free_port()
         (conf_dir / "nginx.conf").write_text(_CONF.format(dir=conf_dir, port=port, backend=backend))
         proc = subprocess.Popen(
             [NGINX, "-p", str(conf_dir), "-c", str(conf_dir / "nginx.conf"), "-e", str(conf_dir / "error.log")],
