@@ -25,6 +25,7 @@ __all__ = [
     "holds_int64_min",
     "is_missing",
     "localize",
+    "localize_each",
     "naive_error",
     "timestamp_ns",
     "timestamps_ns",
@@ -231,6 +232,38 @@ def localize(wall_ns: npt.NDArray[np.int64], timezone: str) -> npt.NDArray[np.in
     except (pa.ArrowInvalid, pa.ArrowKeyError, pa.ArrowNotImplementedError) as exc:
         raise ValueError(f"naive timestamps in {timezone!r}: {exc}") from None
     return np.asarray(zoned.cast(pa.int64()).to_numpy(), dtype=np.int64)
+
+
+def localize_each(
+    wall_ns: npt.NDArray[np.int64], timezone: str
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """:func:`localize` reading by reading: the int64 ns, and whether each reading names one
+    instant in ``timezone`` (where not, its ns is 0), for callers that fail such readings alone.
+
+    Raises:
+        ValueError: an unknown zone.
+    """
+    if timezone == "UTC":
+        return wall_ns, np.ones(len(wall_ns), dtype=bool)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    naive = pa.array(wall_ns, pa.timestamp("ns"))
+    try:
+        # A reading a DST change skips or repeats has two candidate instants; any other, one.
+        first, last = (
+            np.asarray(
+                pc.assume_timezone(naive, timezone=timezone, ambiguous=pick, nonexistent=pick)
+                .cast(pa.int64())
+                .to_numpy(),
+                dtype=np.int64,
+            )
+            for pick in ("earliest", "latest")
+        )
+    except (pa.ArrowInvalid, pa.ArrowKeyError, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(f"naive timestamps in {timezone!r}: {exc}") from None
+    one = first == last
+    return np.where(one, first, 0), one
 
 
 def _localize_one(wall_ns: int, timezone: str | None, what: str, shown: str) -> int:

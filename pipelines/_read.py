@@ -40,6 +40,8 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 import numpy as np
 
+from beam_nominal.model import check_timezone, localize_each, timestamp_ns
+
 INT64_MIN, INT64_MAX, UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
 #: What ``--column-type`` accepts.
 COLUMN_TYPES = ("double", "int64", "uint64", "string")
@@ -142,8 +144,7 @@ class Options:
             raise ValueError(f"layout {self.layout!r} is not long or wide")
         if self.timestamp_unit is not None and self.timestamp_unit not in UNIT_NS:
             raise ValueError(f"timestamp unit {self.timestamp_unit!r} is not one of {', '.join(UNIT_NS)}")
-        if self.timezone is not None:
-            zone_of(self.timezone)
+        check_timezone(self.timezone, "--timezone")
         for name, typ in self.column_types.items():
             if typ not in COLUMN_TYPES:
                 raise ValueError(f"column type {name}={typ!r} is not one of {', '.join(COLUMN_TYPES)}")
@@ -161,27 +162,6 @@ class Options:
         import codecs
 
         return codecs.lookup(self.encoding).name in ("utf-8", "utf-8-sig")
-
-
-def zone_of(name: str) -> _dt.tzinfo:
-    """``UTC``, a fixed offset ``+02:00``/``-0530``, or an IANA zone name."""
-    m = re.fullmatch(r"([+-])(\d{2}):?(\d{2})", name)
-    if m:
-        hours, minutes = int(m[2]), int(m[3])
-        if hours > 23 or minutes > 59:
-            raise ValueError(f"timezone {name!r}: offset outside -23:59..+23:59")
-        sign = -1 if m[1] == "-" else 1
-        return _dt.timezone(sign * _dt.timedelta(hours=hours, minutes=minutes))
-    if name.upper() in ("UTC", "Z"):
-        return _dt.timezone.utc
-    import zoneinfo
-
-    try:
-        return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ValueError(
-            f"timezone {name!r} is not UTC, an offset like +02:00 or an IANA name like Europe/Berlin"
-        ) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1361,7 +1341,7 @@ def timestamps(col: Any, text: bool, opts: Options, pl: Plan) -> tuple[np.ndarra
                     bad[j] = _TsBad("timezone", _naive_reason(col[j].as_py()))
             else:
                 wall = ns[naive & ok]
-                utc, good = _localize(wall, opts.timezone)
+                utc, good = localize_each(wall, opts.timezone)
                 w = where[naive & ok]
                 out[w] = utc
                 for j in w[~good].tolist():
@@ -1458,46 +1438,6 @@ def _zone_gap_reason(v: Any, zone: str) -> str:
     return f"timestamp {v!r:.60} does not exist or exists twice in {zone} (a daylight-saving change): give it an offset"
 
 
-def _localize(wall_ns: np.ndarray, zone: str) -> tuple[np.ndarray, np.ndarray]:
-    """Wall-clock ns in ``zone`` to UTC ns; ``good`` is False where the zone skips or repeats the time."""
-    tz = zone_of(zone)
-    if isinstance(tz, _dt.timezone):
-        off = tz.utcoffset(None)
-        return wall_ns - int(off.total_seconds()) * 10**9, np.ones(len(wall_ns), bool)
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    try:
-        arr = pc.assume_timezone(
-            pa.array(wall_ns, pa.timestamp("ns")), timezone=zone, ambiguous="raise", nonexistent="raise"
-        )
-        return _np(arr.cast(pa.int64()), np.int64), np.ones(len(wall_ns), bool)
-    except pa.ArrowInvalid:
-        pass
-    out = np.zeros(len(wall_ns), np.int64)
-    good = np.ones(len(wall_ns), bool)
-    for i, w in enumerate(wall_ns.tolist()):
-        try:
-            out[i] = _localize_one(w, tz)
-        except ValueError:
-            good[i] = False
-    return out, good
-
-
-def _localize_one(wall_ns: int, tz: _dt.tzinfo) -> int:
-    secs = wall_ns // 10**9
-    wall = _dt.datetime(1970, 1, 1) + _dt.timedelta(seconds=secs)
-    a, b = wall.replace(tzinfo=tz, fold=0), wall.replace(tzinfo=tz, fold=1)
-    if a.utcoffset() != b.utcoffset():
-        raise ValueError("ambiguous or nonexistent")
-    back = a.astimezone(_dt.timezone.utc).astimezone(tz).replace(tzinfo=None)
-    if back != wall:
-        raise ValueError("nonexistent")
-    off = a.utcoffset()
-    assert off is not None
-    return wall_ns - int(off.total_seconds()) * 10**9
-
-
 def _arrow_times(
     col: Any, opts: Options, out: np.ndarray, bad: dict[int, _TsBad], valid: np.ndarray
 ) -> tuple[np.ndarray, dict[int, _TsBad]]:
@@ -1528,7 +1468,7 @@ def _arrow_times(
                 f"{typ} column without a timezone: give --timezone (e.g. UTC) to say which zone's clock it is",
             )
         return out, bad
-    utc, good = _localize(ns, opts.timezone)
+    utc, good = localize_each(ns, opts.timezone)
     out[:] = np.where(inside & good, utc, 0)
     for i in np.flatnonzero(inside & ~good).tolist():
         bad[i] = _TsBad("timezone", _zone_gap_reason(col[i].as_py(), opts.timezone))
@@ -1603,10 +1543,8 @@ def timestamp_cell(v: Any, opts: Options, pl: Plan, text: bool = False) -> int:
             )
         return _iso_cell(v, m, opts)
     if isinstance(v, (_dt.datetime, np.datetime64)):
-        from beam_nominal.model import timestamp_ns
-
         try:
-            return timestamp_ns(v)
+            return timestamp_ns(v, opts.timezone)
         except (TypeError, ValueError) as exc:
             raise _CellError("timestamp", f"timestamp {v!r:.60}: {exc}") from None
     raise _CellError("timestamp", f"timestamp {v!r:.60} is a {type(v).__name__}, not a number, text or time")
@@ -1638,10 +1576,10 @@ def _iso_cell(v: str, m: re.Match[str], opts: Options) -> int:
     elif opts.timezone is None:
         raise _CellError("timezone", _naive_reason(v))
     else:
-        try:
-            ns = _localize_one(wall_ns, zone_of(opts.timezone))
-        except ValueError:
-            raise _CellError("timezone", _zone_gap_reason(v, opts.timezone)) from None
+        utc, one = localize_each(np.array([wall_ns], np.int64), opts.timezone)
+        if not one[0]:
+            raise _CellError("timezone", _zone_gap_reason(v, opts.timezone))
+        ns = int(utc[0])
     if not INT64_MIN < ns <= INT64_MAX:
         raise _CellError("timestamp", _range_reason(ns))
     return ns
