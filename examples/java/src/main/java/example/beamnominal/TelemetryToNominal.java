@@ -1,0 +1,125 @@
+package example.beamnominal;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import org.apache.beam.sdk.Pipeline;
+import org.apache.beam.sdk.PipelineResult;
+import org.apache.beam.sdk.options.Default;
+import org.apache.beam.sdk.options.Description;
+import org.apache.beam.sdk.options.PipelineOptionsFactory;
+import org.apache.beam.sdk.options.PortablePipelineOptions;
+import org.apache.beam.sdk.options.Validation;
+import org.apache.beam.sdk.schemas.Schema;
+import org.apache.beam.sdk.schemas.Schema.FieldType;
+import org.apache.beam.sdk.transforms.Create;
+import org.apache.beam.sdk.values.Row;
+
+/**
+ * A Java pipeline writing telemetry to Nominal: engine readings as wide Rows {@code (timestamp, rpm,
+ * oil_temp, mode)}, one field per channel, and pressure samples as point Rows {@code (channel,
+ * timestamp, value)}, both through beam_nominal's WriteToNominal.
+ *
+ * <pre>
+ * mvn -q compile exec:java -Dexec.args="--jobEndpoint=localhost:8073 \
+ *     --expansionService=localhost:8097 --target=grpc://localhost:50051 \
+ *     --datasetRid=ri.beam-nominal.local.dataset"
+ * </pre>
+ *
+ * <p>Reading {@code i} (0 &le; i &lt; {@code --readings}) is at {@code --startNanos + i * 1_000_000 + i}
+ * ns since the epoch; rpm {@code Long.MAX_VALUE - i}; oil_temp {@code 80 + i / 7.0}, none where
+ * {@code i % 5 == 4}; mode {@code "état i % 3"} where {@code i % 4 == 0}, else none; pressure
+ * {@code i * 0.1} on channel {@code "pressure.inlet"}.
+ */
+public final class TelemetryToNominal {
+
+  /** The pipeline's options; it runs with {@link JobServiceRunner} on {@code --jobEndpoint}. */
+  public interface Options extends PortablePipelineOptions {
+    @Description("Python expansion service serving beam_nominal, host:port")
+    @Validation.Required
+    String getExpansionService();
+
+    void setExpansionService(String value);
+
+    @Description("Nominal target: grpc://host:port, https://host/api ...")
+    @Validation.Required
+    String getTarget();
+
+    void setTarget(String value);
+
+    @Description("Nominal dataset rid to write to")
+    @Validation.Required
+    String getDatasetRid();
+
+    void setDatasetRid(String value);
+
+    @Description("Number of readings to write")
+    @Default.Integer(1000)
+    int getReadings();
+
+    void setReadings(int value);
+
+    @Description("Timestamp of the first reading, ns since the Unix epoch (UTC)")
+    @Default.Long(1_714_564_800_000_000_000L)
+    long getStartNanos();
+
+    void setStartNanos(long value);
+  }
+
+  static final Schema ENGINE =
+      Schema.builder()
+          .addInt64Field("timestamp")
+          .addInt64Field("rpm")
+          .addNullableField("oil_temp", FieldType.DOUBLE)
+          .addNullableField("mode", FieldType.STRING)
+          .build();
+
+  static final Schema POINT =
+      Schema.builder()
+          .addStringField("channel")
+          .addInt64Field("timestamp")
+          .addDoubleField("value")
+          .build();
+
+  public static void main(String[] args) {
+    PipelineOptionsFactory.register(Options.class);
+    Options options = PipelineOptionsFactory.fromArgs(args).withValidation().as(Options.class);
+    options.setRunner(JobServiceRunner.class);
+    Pipeline p = Pipeline.create(options);
+
+    List<Row> engine = new ArrayList<>();
+    List<Row> pressure = new ArrayList<>();
+    for (int i = 0; i < options.getReadings(); i++) {
+      long t = options.getStartNanos() + i * 1_000_000L + i;
+      engine.add(
+          Row.withSchema(ENGINE)
+              .addValues(
+                  t,
+                  Long.MAX_VALUE - i,
+                  i % 5 == 4 ? null : 80 + i / 7.0,
+                  i % 4 == 0 ? "état " + (i % 3) : null)
+              .build());
+      pressure.add(Row.withSchema(POINT).addValues("pressure.inlet", t, i * 0.1).build());
+    }
+
+    p.apply("Engine", Create.of(engine).withRowSchema(ENGINE))
+        .apply(
+            "WriteEngine",
+            WriteToNominal.to(
+                    options.getTarget(), options.getDatasetRid(), options.getExpansionService())
+                .withTags(Map.of("source", "java")));
+    p.apply("Pressure", Create.of(pressure).withRowSchema(POINT))
+        .apply(
+            "WritePressure",
+            WriteToNominal.to(
+                options.getTarget(), options.getDatasetRid(), options.getExpansionService()));
+
+    PipelineResult.State state = p.run().waitUntilFinish();
+    System.out.println("TelemetryToNominal: " + state);
+    if (state != PipelineResult.State.DONE) {
+      System.exit(1);
+    }
+  }
+
+  private TelemetryToNominal() {}
+}
