@@ -83,8 +83,13 @@ public final class TelemetryToNominal {
 
   public static void main(String[] args) {
     PipelineOptionsFactory.register(Options.class);
-    Options options = PipelineOptionsFactory.fromArgs(args).withValidation().as(Options.class);
-    options.setRunner(JobServiceRunner.class);
+    // JobServiceRunner unless --runner names another: validation asks for a runner first.
+    List<String> argv = new ArrayList<>(List.of(args));
+    if (argv.stream().noneMatch(a -> a.startsWith("--runner="))) {
+      argv.add(0, "--runner=" + JobServiceRunner.class.getName());
+    }
+    Options options =
+        PipelineOptionsFactory.fromArgs(argv.toArray(String[]::new)).withValidation().as(Options.class);
     Pipeline p = Pipeline.create(options);
 
     List<Row> engine = new ArrayList<>();
