@@ -7,7 +7,12 @@ DirectRunner downloads the same binary from Beam's releases). It lands in
 version. Without Go the tool says so and exits 0: the tier then skips with that reason, or fails
 under ``BEAM_NOMINAL_NO_SKIP=1``.
 
-    python tools/engines.py            # fetch (if not cached); print the binary's path
+The Java example (``examples/java``, a Java pipeline writing through WriteToNominal by
+cross-language expansion) is built with Maven: its dependencies come from Maven Central into
+``~/.m2`` once, its classes land in ``examples/java/target`` with the runtime classpath in
+``target/classpath.txt``. Without Java or Maven the tool says so and exits 0, as for Prism.
+
+    python tools/engines.py            # fetch (if not cached) and build; print the paths
     python tools/engines.py --path     # print where the binary is (or would be), fetch nothing
 """
 
@@ -23,6 +28,7 @@ import time
 from pathlib import Path
 
 PRISM_PACKAGE = "github.com/apache/beam/sdks/v2/go/cmd/prism"
+JAVA_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "java"
 
 
 def cache_dir() -> Path:
@@ -58,6 +64,31 @@ def fetch_prism(version: str) -> Path:
     return target
 
 
+def build_java_example(timeout: float = 1200.0) -> Path:
+    """Compile ``examples/java`` with Maven (incrementally); returns the file of its runtime classpath.
+
+    The classpath file lists the dependencies' jars then ``target/classes``, ``:``-separated.
+    """
+    mvn, java = shutil.which("mvn"), shutil.which("java")
+    if mvn is None or java is None:
+        raise FileNotFoundError(
+            f"{'`mvn`' if mvn is None else '`java`'} is not on PATH: the Java example cannot be built "
+            "(install Java 17 and Maven)"
+        )
+    classpath = JAVA_EXAMPLE / "target" / "classpath.txt"
+    started = time.monotonic()
+    subprocess.run(
+        [mvn, "-B", "-q", "compile", "dependency:build-classpath", f"-Dmdep.outputFile={classpath}"],
+        check=True,
+        cwd=JAVA_EXAMPLE,
+        timeout=timeout,
+    )
+    classes = JAVA_EXAMPLE / "target" / "classes"
+    classpath.write_text(f"{classpath.read_text().strip()}{os.pathsep}{classes}")
+    print(f"built the Java example in {time.monotonic() - started:.0f} s: {classes}", file=sys.stderr)
+    return classpath
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--path", action="store_true", help="print the binary's path; fetch nothing")
@@ -71,6 +102,10 @@ def main() -> int:
     except (FileNotFoundError, subprocess.CalledProcessError) as e:
         # The tests name what is missing (tests/_external.require); make goes on to them.
         print(f"engines: Prism v{version} not available: {e}", file=sys.stderr)
+    try:
+        print(build_java_example())
+    except (FileNotFoundError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+        print(f"engines: the Java example is not built: {e}", file=sys.stderr)
     return 0
 
 
