@@ -5,7 +5,8 @@ SDK, expands ``beam_nominal.WriteToNominal`` on a Python expansion service of th
 transforms in an ``EXTERNAL`` environment: the tier's worker pool) and submits the job to the
 shared Prism job server, its Java stages run by the Java SDK harness in the submitting JVM. Wide
 Rows (int64, nullable double and string fields) and point Rows land in the local server on
-loopback and are read back exactly: int64 bits, ns timestamps, values, channels and tags.
+loopback and are read back exactly: int64 bits, ns timestamps, values, channels and tags; the
+Rows WriteToNominal cannot write come back to the Java pipeline as its failed Rows, and it exits 2.
 """
 
 from __future__ import annotations
@@ -125,6 +126,19 @@ def test_java_rows_land_exactly(
     java_classpath: str, prism_job_server: str, expansion_service: str, engine_logs: Path, tmp_path: Path
 ) -> None:
     log = engine_logs / "java-pipeline.log"
+    # More points from a CSV: doubles Java and Python must carry bit for bit, and two bad rows (no
+    # channel) amid them.
+    csv_points = [
+        ("coolant.flow", -(2**63) + 1, -0.0),  # -2**63 is the NaT sentinel, refused
+        ("coolant.flow", -1, 5e-324),
+        ("coolant.flow", 0, 1.7976931348623157e308),
+        ("coolant.flow", INT64_MAX, 0.1 + 0.2),
+    ]
+    bad = [("", 17, 1.5), ("", 18, 2.5)]
+    csv = tmp_path / "points.csv"
+    rows = [*csv_points[:2], bad[0], *csv_points[2:], bad[1]]
+    csv.write_text("".join(f"{c},{t},{v!r}\n" for c, t, v in rows), encoding="utf-8")
+    failed_output = tmp_path / "failed.txt"
     with LocalServer(tmp_path / "data", port=0) as server:
         done = _run_java(
             java_classpath,
@@ -134,13 +148,22 @@ def test_java_rows_land_exactly(
             f"--target={server.target}",
             f"--datasetRid={RID}",
             f"--readings={READINGS}",
+            f"--pointsCsv={csv}",
+            f"--failedOutput={failed_output}",
         )
-        assert done.returncode == 0, f"the Java pipeline exited with {done.returncode}; see {log}"
+        # 2: the pipeline ran and some elements were not written (the failed Rows, in Java).
+        assert done.returncode == 2, f"the Java pipeline exited with {done.returncode}; see {log}"
+        failed = sorted(failed_output.read_text(encoding="utf-8").splitlines())
+        assert len(failed) == len(bad), failed
+        for line, (_, t, v) in zip(failed, bad, strict=True):
+            assert line.startswith("ElementError: element "), line
+            assert f"timestamp={t}, value={v!r}" in line and "channel must be a non-empty string" in line, line
         store = server.store
         # TelemetryToNominal's readings (its docstring): reading i at START_NS + i * 1_000_001 ns.
         ts = [START_NS + i * 1_000_000 + i for i in range(READINGS)]
         engine = {"source": "java"}
         assert sorted((s.channel, s.tags, s.count) for s in store.list_series(RID)) == [
+            ("coolant.flow", {}, len(csv_points)),
             ("mode", engine, len(range(0, READINGS, 4))),
             ("oil_temp", engine, READINGS - READINGS // 5),
             ("pressure.inlet", {}, READINGS),
@@ -158,3 +181,5 @@ def test_java_rows_land_exactly(
         assert _series(store, "mode", engine) == [(t, f"état {i % 3}") for i, t in enumerate(ts) if i % 4 == 0]
         pressure = _series(store, "pressure.inlet")
         assert [(t, v.hex()) for t, v in pressure] == [(t, (i * 0.1).hex()) for i, t in enumerate(ts)]
+        coolant = _series(store, "coolant.flow")
+        assert [(t, v.hex()) for t, v in coolant] == [(t, v.hex()) for _, t, v in csv_points]

@@ -1,8 +1,11 @@
 package example.beamnominal;
 
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 import org.apache.beam.fn.harness.ExternalWorkerService;
 import org.apache.beam.model.jobmanagement.v1.JobApi.CancelJobRequest;
@@ -84,7 +87,9 @@ public final class JobServiceRunner extends PipelineRunner<PipelineResult> {
     portable.setFilesToStage(List.of());
     LOG.info("Java SDK workers for the job's Java stages: {}", workerAddress);
 
-    RunnerApi.Pipeline proto = PipelineTranslation.toProto(pipeline, SdkComponents.create(options));
+    RunnerApi.Pipeline proto =
+        mergeEqualEnvironments(
+            PipelineTranslation.toProto(pipeline, SdkComponents.create(options)));
     ManagedChannel channel =
         ManagedChannelBuilder.forTarget(portable.getJobEndpoint())
             .usePlaintext()
@@ -116,6 +121,60 @@ public final class JobServiceRunner extends PipelineRunner<PipelineResult> {
       closeQuietly(workers);
       throw e;
     }
+  }
+
+  /**
+   * One environment for equal environments: each cross-language expansion names its own (for
+   * WriteToNominal twice: two equal Python environments), and a runner starts a worker per
+   * environment. Prism keeps one table of metric short ids per job, while each Python worker numbers
+   * its own: two Python workers in one job collide there and Prism fails the job decoding a metric.
+   * Beam's Python portable runner merges equal environments the same way.
+   */
+  static RunnerApi.Pipeline mergeEqualEnvironments(RunnerApi.Pipeline pipeline) {
+    RunnerApi.Components components = pipeline.getComponents();
+    Map<RunnerApi.Environment, String> kept = new HashMap<>();
+    Map<String, String> renamed = new HashMap<>();
+    new TreeMap<>(components.getEnvironmentsMap())
+        .forEach(
+            (id, environment) -> {
+              String first = kept.putIfAbsent(environment, id);
+              renamed.put(id, first == null ? id : first);
+            });
+    if (kept.size() == components.getEnvironmentsCount()) {
+      return pipeline;
+    }
+    RunnerApi.Components.Builder merged = components.toBuilder();
+    renamed.forEach(
+        (id, to) -> {
+          if (!id.equals(to)) {
+            merged.removeEnvironments(id);
+          }
+        });
+    components
+        .getTransformsMap()
+        .forEach(
+            (id, transform) -> {
+              String env = transform.getEnvironmentId();
+              if (!env.isEmpty() && !renamed.get(env).equals(env)) {
+                merged.putTransforms(
+                    id, transform.toBuilder().setEnvironmentId(renamed.get(env)).build());
+              }
+            });
+    components
+        .getWindowingStrategiesMap()
+        .forEach(
+            (id, strategy) -> {
+              String env = strategy.getEnvironmentId();
+              if (!env.isEmpty() && !renamed.get(env).equals(env)) {
+                merged.putWindowingStrategies(
+                    id, strategy.toBuilder().setEnvironmentId(renamed.get(env)).build());
+              }
+            });
+    LOG.info(
+        "{} equal environments merged into {}",
+        components.getEnvironmentsCount(),
+        kept.size());
+    return pipeline.toBuilder().setComponents(merged).build();
   }
 
   private static void closeQuietly(AutoCloseable c) {

@@ -1,5 +1,9 @@
 package example.beamnominal;
 
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -12,7 +16,13 @@ import org.apache.beam.sdk.options.PortablePipelineOptions;
 import org.apache.beam.sdk.options.Validation;
 import org.apache.beam.sdk.schemas.Schema;
 import org.apache.beam.sdk.schemas.Schema.FieldType;
+import org.apache.beam.sdk.io.TextIO;
 import org.apache.beam.sdk.transforms.Create;
+import org.apache.beam.sdk.transforms.Flatten;
+import org.apache.beam.sdk.transforms.MapElements;
+import org.apache.beam.sdk.values.PCollection;
+import org.apache.beam.sdk.values.PCollectionList;
+import org.apache.beam.sdk.values.TypeDescriptors;
 import org.apache.beam.sdk.values.Row;
 
 /**
@@ -59,6 +69,21 @@ public final class TelemetryToNominal {
 
     void setReadings(int value);
 
+    @Description(
+        "A CSV file of more points, a line channel,timestamp,value each (timestamp: ns since the "
+            + "Unix epoch, an integer; value: a number)")
+    String getPointsCsv();
+
+    void setPointsCsv(String value);
+
+    @Description(
+        "Where the elements that could not be written go: a text file, a line per element "
+            + "(error: reason); the pipeline exits with status 2 if there is any")
+    @Default.String("failed-elements.txt")
+    String getFailedOutput();
+
+    void setFailedOutput(String value);
+
     @Description("Timestamp of the first reading, ns since the Unix epoch (UTC)")
     @Default.Long(1_714_564_800_000_000_000L)
     long getStartNanos();
@@ -81,7 +106,7 @@ public final class TelemetryToNominal {
           .addDoubleField("value")
           .build();
 
-  public static void main(String[] args) {
+  public static void main(String[] args) throws IOException {
     PipelineOptionsFactory.register(Options.class);
     // JobServiceRunner unless --runner names another: validation asks for a runner first.
     List<String> argv = new ArrayList<>(List.of(args));
@@ -107,23 +132,71 @@ public final class TelemetryToNominal {
       pressure.add(Row.withSchema(POINT).addValues("pressure.inlet", t, i * 0.1).build());
     }
 
-    p.apply("Engine", Create.of(engine).withRowSchema(ENGINE))
+    if (options.getPointsCsv() != null) {
+      pressure.addAll(readPoints(Path.of(options.getPointsCsv())));
+    }
+
+    PCollection<Row> engineFailed =
+        p.apply("Engine", Create.of(engine).withRowSchema(ENGINE))
+            .apply(
+                "WriteEngine",
+                WriteToNominal.to(
+                        options.getTarget(), options.getDatasetRid(), options.getExpansionService())
+                    .withTags(Map.of("source", "java")));
+    PCollection<Row> pointsFailed =
+        p.apply("Points", Create.of(pressure).withRowSchema(POINT))
+            .apply(
+                "WritePoints",
+                WriteToNominal.to(
+                    options.getTarget(), options.getDatasetRid(), options.getExpansionService()));
+    Path failedOutput = Path.of(options.getFailedOutput()).toAbsolutePath();
+    PCollectionList.of(engineFailed)
+        .and(pointsFailed)
+        .apply("Failed", Flatten.pCollections())
         .apply(
-            "WriteEngine",
-            WriteToNominal.to(
-                    options.getTarget(), options.getDatasetRid(), options.getExpansionService())
-                .withTags(Map.of("source", "java")));
-    p.apply("Pressure", Create.of(pressure).withRowSchema(POINT))
-        .apply(
-            "WritePressure",
-            WriteToNominal.to(
-                options.getTarget(), options.getDatasetRid(), options.getExpansionService()));
+            "Describe",
+            MapElements.into(TypeDescriptors.strings())
+                .via(row -> row.getString("error") + ": " + row.getString("reason")))
+        .apply("SaveFailed", TextIO.write().to(failedOutput.toString()).withoutSharding());
 
     PipelineResult.State state = p.run().waitUntilFinish();
     System.out.println("TelemetryToNominal: " + state);
     if (state != PipelineResult.State.DONE) {
       System.exit(1);
     }
+    List<String> failed = Files.readAllLines(failedOutput, StandardCharsets.UTF_8);
+    if (!failed.isEmpty()) {
+      System.err.printf(
+          "TelemetryToNominal: %d elements were not written (%s):%n", failed.size(), failedOutput);
+      failed.stream().limit(20).forEach(System.err::println);
+      System.exit(2);
+    }
+  }
+
+  /** The points of a CSV file {@code channel,timestamp,value}, refusing a line it cannot read. */
+  static List<Row> readPoints(Path csv) throws IOException {
+    List<Row> points = new ArrayList<>();
+    List<String> lines = Files.readAllLines(csv, StandardCharsets.UTF_8);
+    for (int n = 0; n < lines.size(); n++) {
+      String[] cells = lines.get(n).split(",", -1);
+      try {
+        if (cells.length != 3) {
+          throw new IllegalArgumentException(cells.length + " cells, not 3");
+        }
+        points.add(
+            Row.withSchema(POINT)
+                .addValues(cells[0], Long.parseLong(cells[1]), Double.parseDouble(cells[2]))
+                .build());
+      } catch (IllegalArgumentException e) {
+        throw new IllegalArgumentException(
+            String.format(
+                "%s line %d: %s; a line is channel,timestamp,value (timestamp in integer ns since "
+                    + "the epoch, value a number): %s",
+                csv, n + 1, e.getMessage(), lines.get(n)),
+            e);
+      }
+    }
+    return points;
   }
 
   private TelemetryToNominal() {}

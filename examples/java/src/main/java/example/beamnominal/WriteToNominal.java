@@ -16,14 +16,13 @@ import org.apache.beam.sdk.transforms.PTransform;
 import org.apache.beam.sdk.util.CoderUtils;
 import org.apache.beam.sdk.util.construction.External;
 import org.apache.beam.sdk.values.PCollection;
-import org.apache.beam.sdk.values.PCollectionTuple;
 import org.apache.beam.sdk.values.Row;
 import org.apache.beam.vendor.grpc.v1p69p0.com.google.protobuf.ByteString;
 
 /**
  * Writes schema'd {@link Row}s to Nominal with beam_nominal's Python {@code WriteToNominal}, expanded
  * by a Python expansion service ({@code python -m apache_beam.runners.portability.expansion_service_main
- * --fully_qualified_name_glob 'beam_nominal.*'}).
+ * --fully_qualified_name_glob 'beam_nominal.*'}) as {@code beam_nominal.xlang.WriteToNominal}.
  *
  * <p>Each Row is one element of WriteToNominal: a point {@code (channel STRING, timestamp INT64,
  * value)} or a wide record {@code (timestamp INT64, <one field per channel>)}, a null field being no
@@ -31,20 +30,29 @@ import org.apache.beam.vendor.grpc.v1p69p0.com.google.protobuf.ByteString;
  * reads with the options given. Field types travel as Beam schema types: an INT64 lands as an int64
  * series, a DOUBLE as a double one, a STRING as a string one.
  *
- * <p>The transform's outputs are WriteToNominal's (its {@code failed} elements), in the Python SDK's
- * encoding: a Java transform cannot read them; the Python workers log each one.
+ * <p>The output is the elements that could not be written, as Rows of {@link #FAILED} {@code
+ * (element, error, reason)}: the element as Python shows it, the exception's class name and what
+ * was wrong, naming the field. Nothing else reports them: read them.
  *
  * <p>No API token is passed here: it would travel in the expansion request and the job's pipeline.
  * The Python workers read {@code NOMINAL_TOKEN} from their environment.
  */
-public final class WriteToNominal extends PTransform<PCollection<Row>, PCollectionTuple> {
+public final class WriteToNominal extends PTransform<PCollection<Row>, PCollection<Row>> {
 
   /** The URN of Beam's Python expansion service for "construct this Python transform by name". */
   public static final String FULLY_QUALIFIED_NAMED_URN =
       "beam:transforms:python:fully_qualified_named";
 
   /** The Python transform constructed by the expansion service. */
-  public static final String CONSTRUCTOR = "beam_nominal.WriteToNominal";
+  public static final String CONSTRUCTOR = "beam_nominal.xlang.WriteToNominal";
+
+  /** The schema of the output, the failed elements. */
+  public static final Schema FAILED =
+      Schema.builder()
+          .addStringField("element")
+          .addStringField("error")
+          .addStringField("reason")
+          .build();
 
   private final String expansionService;
   private final SortedMap<String, Object> kwargs;
@@ -94,10 +102,10 @@ public final class WriteToNominal extends PTransform<PCollection<Row>, PCollecti
   }
 
   @Override
-  public PCollectionTuple expand(PCollection<Row> input) {
+  public PCollection<Row> expand(PCollection<Row> input) {
     return input.apply(
-        External.of(FULLY_QUALIFIED_NAMED_URN, payload().toByteArray(), expansionService)
-            .withMultiOutputs());
+        External.<PCollection<Row>, Row>of(
+            FULLY_QUALIFIED_NAMED_URN, payload().toByteArray(), expansionService));
   }
 
   /**
