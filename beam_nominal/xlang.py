@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.pvalue import PCollection
+from apache_beam.pvalue import PCollection, Row
 from apache_beam.typehints.row_type import RowTypeConstraint
 
 from beam_nominal.beam import FailedElement
@@ -34,8 +34,8 @@ __all__ = ["FAILED_ROW", "WriteToNominal"]
 FAILED_ROW = RowTypeConstraint.from_fields([("element", str), ("error", str), ("reason", str)])
 
 
-def _failed_row(failed: FailedElement) -> beam.Row:
-    return beam.Row(element=repr(failed.element), error=failed.error, reason=failed.reason)
+def _failed_row(failed: FailedElement) -> Row:
+    return Row(element=repr(failed.element), error=failed.error, reason=failed.reason)  # type: ignore[no-untyped-call]
 
 
 class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
@@ -69,4 +69,7 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
 
     def expand(self, pcoll: PCollection[Any]) -> PCollection[Any]:
         result = pcoll | "WriteToNominal" >> self._write
-        return result.failed | "FailedRows" >> beam.Map(_failed_row).with_output_types(FAILED_ROW)
+        rows: PCollection[Any] = result.failed | "FailedRows" >> beam.Map(  # type: ignore[no-untyped-call]
+            _failed_row
+        ).with_output_types(FAILED_ROW)
+        return rows
