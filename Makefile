@@ -51,8 +51,9 @@ integration: $(STAMP)
 beam: $(STAMP)
 	$(PY) -m pytest -q tests/beam
 
-# Runners outside the venv (Prism, built with Go), cached under ~/.cache/beam-nominal/engines by
-# tools/engines.py; the tests skip, or fail under BEAM_NOMINAL_NO_SKIP=1, where one is missing.
+# Runners outside the venv (Prism, built with Go), cached under ~/.cache/beam-nominal/engines, and
+# the Java example (examples/java, built with Maven; its jars cached in ~/.m2) by tools/engines.py;
+# the tests skip, or fail under BEAM_NOMINAL_NO_SKIP=1, where one is missing.
 engines-fetch: $(STAMP)
 	$(PY) tools/engines.py
 
