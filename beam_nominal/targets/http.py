@@ -249,8 +249,9 @@ class HttpTarget:
         """Server text as quoted in errors: a proxy echoing the request must not leak the token."""
         return text.replace(token, "<token>") if token else text
 
-    def send(self, request: Request, timeout: float | None = None) -> None:
-        """Send one request; return when the server answered 2xx.
+    def send(self, request: Request, timeout: float | None = None) -> bool:
+        """Send one request; return when the server answered 2xx: True when it said it had already
+        stored this request (``metadata.ALREADY_STORED``), else False.
 
         Raises:
             TargetError: ``retryable`` for connection errors, timeouts and 408/425/429/500/502/
@@ -289,7 +290,7 @@ class HttpTarget:
             status, answer, headers = self._post(request, form, timeout)
             text = answer[:_MAX_QUOTED]
         if 200 <= status < 300:
-            return
+            return bool(headers.get(metadata.ALREADY_STORED) == "1")
         where = f"{self._urls[form]}: HTTP {status}"
         if status in _RETRYABLE_STATUS:
             raise TargetError(
