@@ -80,8 +80,9 @@ def test_write_to_nominal_refuses_a_bad_setting_at_construction(
 def test_write_to_nominal_refuses_an_over_long_tag_at_construction() -> None:
     from beam_nominal.beam import WriteToNominal
 
-    with pytest.raises(ValueError, match="over 1024 characters"):
-        WriteToNominal("grpc://127.0.0.1:1", dataset_rid="ri.x", tags={"site": "x" * 1025})
+    for tags in ({"site": "x" * 1025}, {"s" * 1025: "x"}):
+        with pytest.raises(ValueError, match="over 1024 characters"):
+            WriteToNominal("grpc://127.0.0.1:1", dataset_rid="ri.x", tags=tags)
     WriteToNominal("grpc://127.0.0.1:1", dataset_rid="ri.x", tags={"site": "x" * 1024})
 
 

@@ -222,6 +222,24 @@ def test_backpressure_raises_when_not_blocking() -> None:
     assert s.close().points == 1000
 
 
+def test_wide_records_of_long_strings_meet_backpressure() -> None:
+    s = NominalStream(
+        RecordingTarget(),
+        dataset_rid="ri.x.1",
+        linger=None,
+        max_request_bytes=1 << 20,
+        max_buffered_bytes=4 << 20,
+        block_on_full=False,
+    )
+    big = "x" * 1_000_000
+    try:
+        with pytest.raises(BackpressureError):
+            for i in range(100):  # 100 MB against a 4 MiB budget
+                s.enqueue_from_dict(i, {"s": big})
+    finally:
+        s.close(timeout=30)
+
+
 def test_backpressure_blocks_until_room() -> None:
     target = BlockingTarget()
     s = NominalStream(target, dataset_rid="ri.x.1", linger=None, max_request_bytes=1024, max_buffered_bytes=4096)
