@@ -122,7 +122,7 @@ print("done")
 
 
 def test_a_ctrl_c_in_a_str_subclass_channels_code_does_not_hang() -> None:
-    # A child process: the bug is a hang of the main thread's SIGINT handler.
+    # A child process: what could fail is a hang of the main thread's SIGINT handler.
     script = _CHILD.format(fakes=str(Path(__file__).parent))
     root = str(Path(beam_nominal.__file__).resolve().parents[1])
     out = subprocess.run(

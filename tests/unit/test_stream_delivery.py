@@ -179,8 +179,8 @@ def _deliver_through_outage(outage: float, jitter_draw: float) -> Outcome:
 def test_default_retries_ride_out_outages_by_time_not_by_attempt_count(
     outage: float, delivered: bool, jitter_draw: float
 ) -> None:
-    """Defaults (issue 11, defect 6): 8 attempts from 0.1 s gave up after 8-13 s of outage; the
-    time bound (120 s) now decides, with the worst jitter either way."""
+    """With the default settings the time bound (120 s) decides whether an outage is ridden out, not
+    an attempt count, with the worst jitter either way."""
     outcome = _deliver_through_outage(outage, jitter_draw)
     assert outcome.acknowledged is delivered, outcome
     if not delivered:
