@@ -516,8 +516,8 @@ def _csv_arrow(
 
 
 def _holds_newline(col: Any) -> bool:
-    """Whether a cell of a string array holds a newline (a search of its data buffer, ~8x faster
-    than a per-cell substring match)."""
+    """Whether a cell of a string array holds a newline (one search of its data buffer, not a
+    per-cell substring match)."""
     data = col.buffers()[2]
     return data is not None and data.to_pybytes().find(b"\n") >= 0
 

@@ -10,7 +10,7 @@ Two forms, both what Nominal serves under the base URL its clients take (``https
   and cheaper to encode. A server without it answers 404/415; with ``fallback_to_row=True`` the
   target then switches to ``row`` for good (nothing was stored, so nothing is lost or doubled).
 
-Bodies are zstd (level -1; Nominal's clients send level 1, which was slower and larger here).
+Bodies are zstd level -1 (Nominal's clients send level 1, slower and larger on our bodies).
 Every attempt carries the same ``Idempotency-Key`` (a digest of the uncompressed body), so a retry
 of a request the server stored but could not acknowledge is stored once by servers that keep keys
 (the local one does).
