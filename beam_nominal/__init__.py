@@ -1,7 +1,9 @@
 """beam_nominal: land telemetry in Nominal from Apache Beam pipelines and plain Python.
 
-The public surface is what ``__all__`` lists; everything in a module or package whose name starts
-with an underscore is private. Names are imported lazily, so ``import beam_nominal`` for the stream
+The public surface is what ``__all__`` lists: the entry points and every type a public call gives
+back or raises (reports, results, failed elements, written files, stored series, errors), so a user
+never imports from a submodule. Everything in a module or package whose name starts with an
+underscore is private. Names are imported lazily, so ``import beam_nominal`` for the stream
 client does not pay for importing Apache Beam.
 """
 
@@ -20,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "BeamNominalError": "beam_nominal.errors",
     "DeliveryError": "beam_nominal.errors",
     "DeliveryReport": "beam_nominal.stream",
+    "ElementError": "beam_nominal._pipeline.staging",
     "FailedElement": "beam_nominal.beam",
     "FallbackTarget": "beam_nominal.targets.compose",
     "GrpcTarget": "beam_nominal.targets.grpc",
@@ -27,7 +30,9 @@ _EXPORTS: dict[str, str] = {
     "LocalServer": "beam_nominal.server",
     "LocalStore": "beam_nominal.server",
     "NominalStream": "beam_nominal.stream",
+    "RemoteStore": "beam_nominal.server",
     "RetrySettings": "beam_nominal.settings",
+    "SeriesInfo": "beam_nominal.server",
     "SeriesKey": "beam_nominal.model",
     "SeriesTypeError": "beam_nominal.errors",
     "StreamClosedError": "beam_nominal.errors",
@@ -38,12 +43,14 @@ _EXPORTS: dict[str, str] = {
     "ValueType": "beam_nominal.model",
     "WriteToNominal": "beam_nominal.beam",
     "WriteToNominalResult": "beam_nominal.beam",
+    "WrittenFile": "beam_nominal.targets.avro_prefix",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:
     # `X as X` marks the re-exports for linters (the names are loaded lazily below).
+    from beam_nominal._pipeline.staging import ElementError as ElementError
     from beam_nominal.beam import FailedElement as FailedElement
     from beam_nominal.beam import WriteToNominal as WriteToNominal
     from beam_nominal.beam import WriteToNominalResult as WriteToNominalResult
@@ -57,6 +64,8 @@ if TYPE_CHECKING:
     from beam_nominal.model import ValueType as ValueType
     from beam_nominal.server import LocalServer as LocalServer
     from beam_nominal.server import LocalStore as LocalStore
+    from beam_nominal.server import RemoteStore as RemoteStore
+    from beam_nominal.server import SeriesInfo as SeriesInfo
     from beam_nominal.settings import BatchSettings as BatchSettings
     from beam_nominal.settings import RetrySettings as RetrySettings
     from beam_nominal.settings import UploadSettings as UploadSettings
@@ -64,6 +73,7 @@ if TYPE_CHECKING:
     from beam_nominal.stream import NominalStream as NominalStream
     from beam_nominal.stream import StreamState as StreamState
     from beam_nominal.targets.avro import AvroFileTarget as AvroFileTarget
+    from beam_nominal.targets.avro_prefix import WrittenFile as WrittenFile
     from beam_nominal.targets.compose import FallbackTarget as FallbackTarget
     from beam_nominal.targets.compose import TeeTarget as TeeTarget
     from beam_nominal.targets.grpc import GrpcTarget as GrpcTarget

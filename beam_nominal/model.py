@@ -400,11 +400,9 @@ def timestamp_ns(value: Any, timezone: str | None = None) -> int:
 def holds_int64_min(ns: npt.NDArray[np.int64]) -> bool:
     """Whether an int64 column holds -2**63, which is no timestamp (the int64 NaT pattern).
 
-    ``min()``, not ``argmin()``, though argmin is a fifth of the cost alone (0.23 against 1.04 µs
-    on 100 points): argmin lets go of the GIL at any size, and a stream's caller then waits for
-    its upload thread to give the GIL back, call after call (``enqueue_batch`` of 100 points:
-    ~15,000 context switches to ~2,000 for 4 M points, docs/benchmarks.md). A ufunc's
-    reduction keeps the GIL up to 500 elements.
+    ``min()``, not the cheaper ``argmin()``: argmin lets go of the GIL at any size, and a stream's
+    caller then waits for its upload thread to give it back, call after call; a ufunc's reduction
+    keeps the GIL up to 500 elements (docs/benchmarks.md, "Measurements behind design choices").
     """
     return bool(ns.shape[0]) and _minimum(ns) == _INT64_MIN
 

@@ -1,8 +1,8 @@
 """Typed, validated settings for :class:`~beam_nominal.stream.NominalStream`.
 
 Every class is a frozen dataclass checked in ``__post_init__``; a bad value raises ``ValueError``
-(or ``TypeError``) naming the field and showing the value. Defaults were chosen by
-``benchmarks/bench_stream.py`` on a 2-core machine (see ``docs/benchmarks.md``).
+(or ``TypeError``) naming the field and showing the value. The defaults' figures are in
+``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ class BatchSettings:
     """How buffered points are cut into requests.
 
     Attributes:
-        max_request_bytes: estimated encoded size at which a request is cut (~4 MiB measured best:
-            large enough to amortise the ~0.55 ms gRPC call cost, small enough to overlap encoding
-            and sending).
+        max_request_bytes: estimated encoded size at which a request is cut: large enough to
+            amortise a call's fixed cost, small enough to overlap encoding and sending, and within
+            gRPC's default 4 MiB message limit.
         max_request_points: most points in one request, whatever their size.
         linger: seconds a partial buffer may wait before a background cut, for interactive use.
             ``None`` disables the timer so that request boundaries depend only on the data (the

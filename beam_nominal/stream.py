@@ -78,6 +78,9 @@ class DeliveryReport:
         bytes: encoded bytes of acknowledged requests.
         retries: send attempts beyond the first, over all requests.
         elapsed: seconds since the stream opened.
+        already_stored_points: of ``points``, those the target said it had already stored, sent
+            by an identical earlier request (a re-run of the same input): nothing was stored again.
+            Only servers that say so count here (the local server does).
         failed_points: points that were not delivered anywhere.
         fallback_points: points the primary refused that the fallback target took.
         fallback_requests: requests that went to the fallback.
@@ -91,6 +94,7 @@ class DeliveryReport:
     retries: int
     elapsed: float
     failed_points: int = 0
+    already_stored_points: int = 0
     fallback_points: int = 0
     fallback_requests: int = 0
     fallback_path: str | None = None
@@ -157,6 +161,7 @@ class _Core:
         self.first_buffered_at: float | None = None
         # Counters, updated only when a request ends.
         self.points_acked = 0
+        self.points_already_stored = 0
         self.requests_acked = 0
         self.bytes_acked = 0
         self.retries = 0
@@ -336,6 +341,8 @@ class _Core:
         points = sum(len(b) for b in batches) if split else request.points
         if batches and outcome.acknowledged:  # (no batches: every one was refused for good)
             self.points_acked += points
+            if outcome.already_stored:
+                self.points_already_stored += points
             self.requests_acked += 1
             self.bytes_acked += outcome.nbytes
             self.series_acked.update(b.key for b in batches)
@@ -364,6 +371,7 @@ class _Core:
             retries=self.retries,
             elapsed=self.clock() - self.started,
             failed_points=self.failed_points,
+            already_stored_points=self.points_already_stored,
             fallback_points=self.fallback_points,
             fallback_requests=self.fallback_requests,
             fallback_path=path if isinstance(path, str) else None,

@@ -13,7 +13,7 @@ requests per point for bundles of 1 and 10 points, ``cross_bundle_batching`` off
   unbounded, as a streaming source's is.
 
 Pass ``--cross off on default``: ``default`` leaves ``cross_bundle_batching`` unset, so
-WriteToNominal picks it (on for an unbounded input since issue 12).
+WriteToNominal picks it (on for an unbounded input).
 
 The server is ``beam-nominal serve`` in its own process (gRPC on loopback), storing Parquet
 durably before acknowledging, one commit per request: requests are counted as the commits of

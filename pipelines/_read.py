@@ -516,8 +516,8 @@ def _csv_arrow(
 
 
 def _holds_newline(col: Any) -> bool:
-    """Whether a cell of a string array holds a newline (a search of its data buffer, ~8x faster
-    than a per-cell substring match)."""
+    """Whether a cell of a string array holds a newline (one search of its data buffer, not a
+    per-cell substring match)."""
     data = col.buffers()[2]
     return data is not None and data.to_pybytes().find(b"\n") >= 0
 
@@ -897,7 +897,7 @@ def _classify_castable(col: Any, valid: np.ndarray, sep: str) -> Cells | None:
     """The common case first: text every cell of which pyarrow reads as a double (then each is an
     integer, a decimal or a NaN/inf spelling); None when one is not, for the regex path.
 
-    One cast and one substring search instead of three regexes and a trim (docs/benchmarks.md).
+    One cast and one substring search: far cheaper than regexes per cell.
     Hex ("0x1F"), which pyarrow's integer cast would read, never gets here: its double cast fails.
     """
     import pyarrow as pa
@@ -915,8 +915,8 @@ def _classify_castable(col: Any, valid: np.ndarray, sep: str) -> Cells | None:
     i64 = np.zeros(n, np.int64)
     big: dict[int, int] = {}
     reasons: dict[int, str] = {}
-    # A plain search for the point: a regex for [.eE] costs 4x more per cell; the few cells
-    # without a point that are not integers ("1e5", "+5") fail the integer cast below.
+    # A plain search for the point (cheaper than a regex for [.eE]); the few cells without a
+    # point that are not integers ("1e5", "+5") fail the integer cast below.
     decimal_text = _mask(pc.greater_equal(pc.find_substring(col, "."), 0))
     odd = valid & ~np.isfinite(f)  # NaN/inf spellings, and overflow: read one by one
     ints = valid & ~decimal_text & ~odd
@@ -1373,7 +1373,7 @@ def _aware_iso(col: Any) -> np.ndarray | None:
     """Text every cell of which is ISO-8601 with a zone, as ns (nulls 0); else None.
 
     pyarrow's parser checks the calendar, the range and the offset, refuses text without a zone
-    and fractions finer than a nanosecond: ~25x faster than the fields regex below.
+    and fractions finer than a nanosecond, far faster than the fields regex below.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -2100,8 +2100,8 @@ class ReadFile(beam.DoFn):  # type: ignore[misc]
 
 
 def _release_memory() -> None:
-    """Give the batch's freed Arrow memory back: pyarrow's default pool keeps it for reuse; the
-    big file's peak RSS is 0.70-0.76 GiB with this (docs/benchmarks.md)."""
+    """Give the batch's freed Arrow memory back: pyarrow's default pool keeps it for reuse, which
+    raises a big file's peak RSS (docs/benchmarks.md, "files_to_nominal")."""
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()

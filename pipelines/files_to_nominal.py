@@ -357,8 +357,16 @@ def summary(
             f"  timestamps     numbers read as {inferred[0]} since the epoch (inferred from their magnitude; "
             "--timestamp-unit sets it)"
         )
+    lines.append(
+        f"  points written {points:,} in {m.get('series', 0):,} series ({points / max(elapsed, 1e-9):,.0f} points/s)"
+    )
+    already = m.get("already_stored_points", 0)
+    if already:
+        lines.append(
+            f"  already stored {already:,} of them: the server had stored identical requests before "
+            "(a re-run of the same input), and stored nothing again"
+        )
     lines += [
-        f"  points written {points:,} in {m.get('series', 0):,} series ({points / max(elapsed, 1e-9):,.0f} points/s)",
         f"  failed         {bad:,} rows, {bad_files + empty_globs:,} files, {failed:,} elements ({where})",
     ]
     categories = {k.split(":", 1)[1]: v for k, v in m.items() if k.startswith("bad:") and v}

@@ -46,6 +46,9 @@ class Outcome:
             was left of it (its batches less ``rejected`` and ``refused_to_fallback``) went as
             these smaller requests, each with its own outcome; ``acknowledged``/``fallback``/
             ``reason`` are then about none of it.
+        already_stored: acknowledged at the first attempt by a target that said it had already
+            stored this request (an identical request of an earlier run): nothing new was stored.
+            A retry answered so is not counted: its first attempt may have stored it.
     """
 
     acknowledged: bool
@@ -56,6 +59,7 @@ class Outcome:
     rejected: Mapping[int, str] = field(default_factory=dict)
     refused_to_fallback: tuple[int, ...] = ()
     parts: tuple[tuple[Request, Outcome], ...] = ()
+    already_stored: bool = False
 
 
 class WorkerPool:
@@ -195,8 +199,8 @@ class Uploader:
                 timeout = max(0.001, min(timeout, retry.total_timeout - (self._clock() - start)))
             retry_after: float | None = None
             try:
-                self._target.send(request, timeout=timeout)
-                return Outcome(True, False, "", attempt - 1, request.encoded_bytes)
+                already_stored = self._target.send(request, timeout=timeout) is True and attempt == 1
+                return Outcome(True, False, "", attempt - 1, request.encoded_bytes, already_stored=already_stored)
             except TargetError as exc:
                 reason = f"{exc.code or type(exc).__name__}: {exc}"
                 if exc.too_large:

@@ -16,6 +16,10 @@ AUTHORIZATION = "authorization"
 #: Header (gRPC metadata and HTTP) marking a target's first contact (``targets.base.first_contact``):
 #: a write request without points, sent before any data, so logs and fault seams can tell it apart.
 FIRST_CONTACT = "x-beam-nominal-first-contact"
+#: The local server's answer (HTTP response header, gRPC trailing metadata; value "1") to a write
+#: whose idempotency key it had already stored for the same points: it stored nothing again.
+#: Clients report such points apart from new ones (``DeliveryReport.already_stored_points``).
+ALREADY_STORED = "x-beam-nominal-already-stored"
 
 #: The prefix of Nominal's base URL (``https://HOST/api``); the local server serves the HTTP
 #: paths below both under it and without it.

@@ -26,6 +26,7 @@ class SinkMetrics:
 
     def __init__(self) -> None:
         self.points = Metrics.counter(NAMESPACE, "points")
+        self.already_stored_points = Metrics.counter(NAMESPACE, "already_stored_points")
         self.series = Metrics.counter(NAMESPACE, "series")
         self.requests = Metrics.counter(NAMESPACE, "requests")
         self.bytes = Metrics.counter(NAMESPACE, "bytes")
@@ -38,6 +39,7 @@ class SinkMetrics:
         """Add one bundle's delivery report and its per-request (points, seconds) samples."""
         for counter, name in (
             (self.points, "points"),
+            (self.already_stored_points, "already_stored_points"),
             (self.series, "series"),
             (self.requests, "requests"),
             (self.bytes, "bytes"),
@@ -63,12 +65,13 @@ class MeasuredTarget:
         self._lock = threading.Lock()
         self._samples: list[tuple[int, float]] = []
 
-    def send(self, request: Any, timeout: float | None = None) -> None:
+    def send(self, request: Any, timeout: float | None = None) -> bool | None:
         t0 = time.perf_counter()
-        self.inner.send(request, timeout)
+        already_stored: bool | None = self.inner.send(request, timeout)
         elapsed = time.perf_counter() - t0
         with self._lock:
             self._samples.append((int(request.points), elapsed))
+        return already_stored
 
     def probe(self, dataset_rid: str, timeout: float) -> None:
         """The inner target's first contact (it remembers a success, so bundles after the first

@@ -530,8 +530,10 @@ class HttpListener:
             _log.debug("HTTP %s %s: connection lost reading the body: %s", request.method, request.path[:200], exc)
             raise _Refused(400, "malformed_request", f"the body was cut short: {exc}") from None
         key = request.headers.get(_md.HTTP_IDEMPOTENCY_KEY) or request.headers.get(_md.IDEMPOTENCY_KEY) or None
-        await asyncio.get_running_loop().run_in_executor(self._pool, self._store, body, encoding, decode, what, key)
-        return web.Response()
+        stored = await asyncio.get_running_loop().run_in_executor(
+            self._pool, self._store, body, encoding, decode, what, key
+        )
+        return web.Response() if stored else web.Response(headers={_md.ALREADY_STORED: "1"})
 
     @staticmethod
     def _check_rid(rid: str, what: str) -> None:
@@ -540,8 +542,9 @@ class HttpListener:
         except InvalidRequestError as exc:  # the one error it raises: anything else is a fault of ours
             raise _refused(exc, what) from None
 
-    def _store(self, body: bytes, encoding: str, decode: Decoder, what: str, key: str | None) -> None:
-        """Decompress, decode and commit (in a worker thread); raises :class:`_Refused`."""
+    def _store(self, body: bytes, encoding: str, decode: Decoder, what: str, key: str | None) -> bool:
+        """Decompress, decode and commit (in a worker thread); False when the idempotency key was
+        already stored for these points (nothing stored again). Raises :class:`_Refused`."""
         try:
             data = decompress_body(body, encoding, self._max_decompressed)
         except BodyTooLargeError as exc:
@@ -553,7 +556,7 @@ class HttpListener:
         except Exception as exc:
             raise _refused(exc, what) from None
         try:
-            self._committer.commit(decoded.dataset_rid, decoded.batches, key, decoded.source_name)
+            return self._committer.commit(decoded.dataset_rid, decoded.batches, key, decoded.source_name)
         except Exception as exc:
             raise _refused(exc, None, decoded.dataset_rid) from None
 

@@ -145,9 +145,13 @@ class WriterService:
         except Exception as exc:
             _abort_or_raise(context, exc, what)
         try:
-            self._committer.commit(decoded.dataset_rid, decoded.batches, _idempotency_key(context), decoded.source_name)
+            stored = self._committer.commit(
+                decoded.dataset_rid, decoded.batches, _idempotency_key(context), decoded.source_name
+            )
         except Exception as exc:
             _abort_or_raise(context, exc, None, decoded.dataset_rid)
+        if not stored:
+            context.set_trailing_metadata(((_md.ALREADY_STORED, "1"),))
         # An empty WriteColumnBatchesResponse / WriteBatchesResponse serialises to no bytes.
         return b""
 

@@ -96,13 +96,15 @@ class Target(Protocol):
 
     ``send`` returns only when the destination has durably accepted the whole request, and raises
     :class:`~beam_nominal.errors.TargetError` otherwise (``retryable`` set as appropriate). It
-    must give up by ``timeout`` seconds when one is given.
+    must give up by ``timeout`` seconds when one is given. It may return True when the destination
+    answered that it had already stored this very request (its idempotency key, for the same points)
+    and stored nothing again; None or False otherwise.
 
     A target may also have ``probe(dataset_rid, timeout)``, the first contact
     (:func:`first_contact`).
     """
 
-    def send(self, request: Request, timeout: float | None = None) -> None: ...
+    def send(self, request: Request, timeout: float | None = None) -> bool | None: ...
 
     def close(self) -> None: ...
 

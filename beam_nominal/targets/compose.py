@@ -74,9 +74,9 @@ class FallbackTarget:
         self._requests = 0
         self._closed = False
 
-    def send(self, request: Request, timeout: float | None = None) -> None:
-        """Send to the primary only; its errors propagate unchanged for the uploader to judge."""
-        self.primary.send(request, timeout)
+    def send(self, request: Request, timeout: float | None = None) -> bool | None:
+        """Send to the primary only; its answer and errors propagate unchanged for the uploader."""
+        return self.primary.send(request, timeout)
 
     def probe(self, dataset_rid: str, timeout: float = FIRST_CONTACT_TIMEOUT) -> None:
         """First contact with both targets: a fallback takes what the primary *finally* refused, so

@@ -128,8 +128,9 @@ class GrpcTarget:
         token = self._token() if callable(self._token) else self._token
         return f"Bearer {token}" if token else None
 
-    def send(self, request: Request, timeout: float | None = None, *, first_contact: bool = False) -> None:
-        """Send one request; return when the server acknowledged it.
+    def send(self, request: Request, timeout: float | None = None, *, first_contact: bool = False) -> bool:
+        """Send one request; return when the server acknowledged it: True when it answered that
+        it had already stored this request (``metadata.ALREADY_STORED``), else False.
 
         ``first_contact`` marks the call as :meth:`probe`'s (``metadata.FIRST_CONTACT``).
 
@@ -149,7 +150,7 @@ class GrpcTarget:
         if first_contact:
             md.append((metadata.FIRST_CONTACT, "1"))
         try:
-            self._call(request.body, timeout=timeout, metadata=tuple(md), wait_for_ready=False)
+            _, call = self._call.with_call(request.body, timeout=timeout, metadata=tuple(md), wait_for_ready=False)
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
             details = exc.details() if hasattr(exc, "details") else str(exc)
@@ -166,6 +167,7 @@ class GrpcTarget:
             ) from None
         except ValueError as exc:  # the channel was closed under us
             raise TargetError(f"{self.url}: {exc}", retryable=False, code="CLOSED") from None
+        return any(key == metadata.ALREADY_STORED for key, _ in call.trailing_metadata() or ())
 
     def probe(self, dataset_rid: str, timeout: float = FIRST_CONTACT_TIMEOUT) -> None:
         """First contact (:func:`~beam_nominal.targets.base.first_contact`): one

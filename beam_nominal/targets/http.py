@@ -10,7 +10,7 @@ Two forms, both what Nominal serves under the base URL its clients take (``https
   and cheaper to encode. A server without it answers 404/415; with ``fallback_to_row=True`` the
   target then switches to ``row`` for good (nothing was stored, so nothing is lost or doubled).
 
-Bodies are zstd (level -1; Nominal's clients send level 1, which was slower and larger here).
+Bodies are zstd level -1 (Nominal's clients send level 1, slower and larger on our bodies).
 Every attempt carries the same ``Idempotency-Key`` (a digest of the uncompressed body), so a retry
 of a request the server stored but could not acknowledge is stored once by servers that keep keys
 (the local one does).
@@ -54,9 +54,8 @@ _NO_COLUMNAR_STATUS = frozenset({404, 415})
 _MAX_QUOTED = 500
 #: Most of an answer read: a local server's refusal names its rejected batches in the body.
 _MAX_ANSWER = 1 << 20
-#: zstd's fastest regular level: on our row bodies (random doubles, and a smooth noisy signal)
-#: level -1 compressed 1.3x and 1.02x faster than Nominal's clients' level 1, to a 3% and 24%
-#: *smaller* body (docs/benchmarks.md, "HTTP"); every zstd decoder reads it.
+#: Level -1 is faster than Nominal's clients' level 1 on our row bodies and compresses them as well
+#: or better (docs/benchmarks.md, "HTTP"); every zstd decoder reads it.
 _ZSTD_LEVEL = -1
 
 
@@ -143,10 +142,9 @@ class HttpTarget:
         ValueError: a URL that is not ``http(s)://HOST...``, or an unknown format.
     """
 
-    #: Requests are budgeted in column-form bytes (the packer's measure); a row body of doubles is
-    #: ~1.15x that before zstd. Measured (docs/benchmarks.md, "HTTP"): 8 MiB beat 4 MiB by 1.25x on
-    #: wide records and matched it elsewhere; 16 MiB was faster still, but its ~18 MiB row bodies
-    #: are 3x what Nominal's own client sends (250k points, ~6 MB), the size we know Nominal takes.
+    #: In the packer's column-form bytes (a row body of doubles is ~1.15x that before zstd). Larger
+    #: requests amortise per-series costs, but bodies much beyond what Nominal's own client sends
+    #: are not known to be accepted (docs/benchmarks.md, "Request size").
     preferred_request_bytes = 8 * 1024 * 1024
 
     def __init__(
@@ -249,8 +247,9 @@ class HttpTarget:
         """Server text as quoted in errors: a proxy echoing the request must not leak the token."""
         return text.replace(token, "<token>") if token else text
 
-    def send(self, request: Request, timeout: float | None = None) -> None:
-        """Send one request; return when the server answered 2xx.
+    def send(self, request: Request, timeout: float | None = None) -> bool:
+        """Send one request; return when the server answered 2xx: True when it said it had already
+        stored this request (``metadata.ALREADY_STORED``), else False.
 
         Raises:
             TargetError: ``retryable`` for connection errors, timeouts and 408/425/429/500/502/
@@ -289,7 +288,7 @@ class HttpTarget:
             status, answer, headers = self._post(request, form, timeout)
             text = answer[:_MAX_QUOTED]
         if 200 <= status < 300:
-            return
+            return bool(headers.get(metadata.ALREADY_STORED) == "1")
         where = f"{self._urls[form]}: HTTP {status}"
         if status in _RETRYABLE_STATUS:
             raise TargetError(

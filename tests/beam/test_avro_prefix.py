@@ -24,9 +24,10 @@ from apache_beam.io.localfilesystem import LocalFileSystem
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.testing.util import assert_that, equal_to
 
 from beam_nominal._wire.batch import SeriesBatch
-from beam_nominal.beam import WriteToNominal
+from beam_nominal.beam import FailedElement, WriteToNominal
 from beam_nominal.model import SeriesKey, ValueType
 from beam_nominal.targets.avro import AVRO_STREAM_SCHEMA_JSON, DATASET_RID_METADATA_KEY
 from beam_nominal.targets.avro_prefix import TEMP_DIR, AvroPrefixTarget
@@ -289,6 +290,36 @@ def test_cross_bundle_batching_writes_the_same_records(tmp_path: Path) -> None:
         assert result.files is not None
     assert _temp_files(tmp_path / "x") == []
     assert _read_all(_visible(tmp_path / "x")) == _expected(elements)
+
+
+def _read_avro(directory: Path) -> dict[str, list[tuple[int, Any]]]:
+    out: dict[str, list[tuple[int, Any]]] = {}
+    for f in sorted(directory.glob("*.avro")):
+        with f.open("rb") as fh:
+            for rec in fastavro.reader(fh):
+                out.setdefault(rec["channel"], []).extend(zip(rec["timestamps"], rec["values"], strict=True))
+    return out
+
+
+def test_a_value_avro_cannot_hold_fails_its_series_not_the_job(tmp_path: Path) -> None:
+    # A uint64 above 2**63 - 1 (no Avro long holds it) fails its series, not the bundle.
+    out = tmp_path / "out"
+    elements = [("a", T0 + i, float(i)) for i in range(50)] + [("big", T0, 2**64 - 1), ("neg", T0, -5)]
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        result = p | beam.Create(elements) | WriteToNominal(f"{out}/", dataset_rid="ri.test.prefix.big")
+        failed = result.failed | beam.Map(lambda f: (type(f) is FailedElement, f.element["channel"], f.error))
+        assert_that(failed, equal_to([(True, "big", "RejectedSeries")]))
+    assert _read_avro(out) == {"a": [(T0 + i, float(i)) for i in range(50)], "neg": [(T0, -5)]}
+    assert not list((out / ".beam-nominal-tmp").glob("*"))
+
+
+def test_a_file_url_prefix_writes_local_files(tmp_path: Path) -> None:
+    # Beam's FileSystems has no file:// scheme; the target takes it as a local path.
+    out = tmp_path / "via-url"
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        points = [("a", T0, 1.0), ("a", T0 + 10**9, 2.0)]
+        _ = p | beam.Create(points) | WriteToNominal(f"file://{out}/", dataset_rid="ri.x")
+    assert _read_avro(out) == {"a": [(T0, 1.0), (T0 + 10**9, 2.0)]}
 
 
 def test_prefix_options_are_checked_where_they_are_given() -> None:

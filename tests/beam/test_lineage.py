@@ -54,3 +54,12 @@ def test_sink_lineage_names_the_endpoint_and_dataset_of_every_target(tmp_path: P
         f"nominal:`{http}`.`ri.test.lineage.http`",
         f"filesystem:localhost.{tmp_path}/out/points-*.avro",
     }
+
+
+def test_a_prefix_target_reports_its_files_as_sink_lineage(tmp_path: Path) -> None:
+    p = beam.Pipeline(runner=FnApiRunner())
+    _ = p | beam.Create([("a", BASE, 1.0)]) | WriteToNominal(f"{tmp_path}/pre/", dataset_rid="ri.x")
+    result = p.run()
+    result.wait_until_finish()
+    sinks = Lineage.query(result.metrics(), Lineage.SINK)
+    assert sinks and all(not s.startswith("nominal:`:") for s in sinks), sinks

@@ -20,9 +20,11 @@ Facts these tests pin down:
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
@@ -415,6 +417,45 @@ def test_the_default_batches_across_bundles_of_an_unbounded_input(served: tuple[
     p.run().wait_until_finish()
     assert _stored(server, rid) == {("raw", ()): _raw_expected(good)}
     assert requests.take() == 1  # not 30: one per bundle
+
+
+class _Record(beam.DoFn):  # type: ignore[misc]
+    """Appends each failed element to a file: ``assert_that`` groups by key, and a failure found
+    after cross-bundle batching sits at the end of the global window, late for any grouping."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def process(self, f: Any) -> Iterator[Any]:
+        with open(self._path, "a") as out:
+            out.write(json.dumps([f.error, f.element, "text now" in f.reason]) + "\n")
+        return iter(())
+
+
+def test_the_default_fails_a_type_clash_found_after_batching_as_its_series_points(
+    served: tuple[LocalServer, Requests], tmp_path: Path
+) -> None:
+    """With cross-bundle batching (the default for unbounded inputs) a clash between elements of
+    different bundles is found once their chunks are batched, when the elements are gone: the
+    failure names the series, its points and their time range (as a series the server refused),
+    not an internal chunk; with batching off it would be the element in its own window."""
+    server, _ = served
+    rid = "ri.test.stream.clash"
+    stream = (
+        BeamTestStream()
+        .advance_watermark_to(0)
+        .add_elements([TimestampedValue(("x", BASE + SEC, 1.0), 1)])
+        .add_elements([TimestampedValue(("x", BASE + 2 * SEC, "text now"), 2)])
+        .advance_watermark_to_infinity()
+    )
+    seen = tmp_path / "failed.jsonl"
+    with _pipeline() as p:
+        result = p | stream | beam.WindowInto(FixedWindows(10)) | WriteToNominal(server.target, dataset_rid=rid)
+        _ = result.failed | beam.ParDo(_Record(str(seen)))
+    at = BASE + 2 * SEC
+    described = {"channel": "x", "tags": {}, "points": 1, "first_timestamp": at, "last_timestamp": at}
+    assert [json.loads(line) for line in seen.read_text().splitlines()] == [["SeriesTypeError", described, False]]
+    assert [(s.channel, s.value_type.value, s.count) for s in server.store.list_series(rid)] == [("x", "double", 1)]
 
 
 def test_the_default_writes_a_bounded_input_per_bundle(served: tuple[LocalServer, Requests]) -> None:

@@ -1,4 +1,4 @@
-"""Issue 11's fault-injection harness, every scenario on gRPC and on HTTP, checked by reading back.
+"""The fault-injection harness, every scenario on gRPC and on HTTP, checked by reading back.
 
 - a ``beam-nominal serve`` process SIGKILLed mid-stream and restarted on the same data dir and
   ports, three times in one stream;

@@ -1,11 +1,11 @@
-"""An idempotency key reused with a different body is refused, on both wires (issue 11, defect 5).
+"""An idempotency key reused with a different body is refused, on both wires.
 
-Our clients derive the key from the body, so their retries always match; any other client with its
-own key scheme (a counter that restarts at 0, a per-batch UUID reused by a bug) used to lose its
-second body silently: the server answered OK and stored nothing. Now the server keeps a digest of
-each keyed request's points in its commit's manifest and refuses a key whose stored digest
-differs (gRPC ALREADY_EXISTS, HTTP 422 ``idempotency_key_reused``), storing nothing of it. A true
-retry (the same points, even in another wire form or content encoding) is still a duplicate.
+Our clients derive the key from the body, so their retries always match; a client with its own
+key scheme (a counter that restarts at 0, a per-batch UUID reused by a bug) would otherwise lose
+its second body silently, answered OK with nothing stored. The server keeps a digest of each
+keyed request's points in its commit's manifest and refuses a key whose stored digest differs
+(gRPC ALREADY_EXISTS, HTTP 422 ``idempotency_key_reused``), storing nothing of it. A true retry
+(the same points, even in another wire form or content encoding) is a duplicate.
 """
 
 from __future__ import annotations

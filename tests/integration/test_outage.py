@@ -1,6 +1,6 @@
-"""A Nominal outage longer than the old retry defaults survived (8 attempts from 0.1 s gave up
-after 8-13 s; issue 11, defect 6): with default settings both wires ride out a real 20 s outage
-of a real server, and every point is stored exactly once. The streams open (their first contact,
+"""A Nominal outage longer than an attempt-count bound would survive (8 attempts from 0.1 s give up
+after 8-13 s): with default settings both wires ride out a real 20 s outage of a real server, and
+every point is stored exactly once. The streams open (their first contact,
 ``targets.base.first_contact``) while the server is up: a server that refuses the very first
 connection is a wrong URL to fail on at once (test_first_contact.py), one that goes away after is
 an outage. The longest outage the defaults ride out (about 112 s) is pinned with an injected

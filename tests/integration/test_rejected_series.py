@@ -1,5 +1,5 @@
-"""A value type that conflicts with what the server already stores costs only its own series
-(issue 11, defect 2): the server names the refused batches, the client sends the rest again and
+"""A value type that conflicts with what the server already stores costs only its own series:
+the server names the refused batches, the client sends the rest again and
 reports the refused points, on every wire; under Beam they reach the failed output. With a
 fallback target they land in the fallback as any finally refused request does; many of them in
 one request still cost only themselves (the server names as many as fit one answer, the client
@@ -126,7 +126,7 @@ def test_with_a_fallback_the_refused_series_land_in_it_and_the_rest_on_the_serve
             job2.enqueue("volts", 10 + i, float(i))
             job2.enqueue("temp", 10 + i, f"s{i}", tags=None)  # stored as double: refused for good
         report = job2.flush()
-    # Before the fix: the refused points went nowhere and flush raised (failed_points == 300).
+    # The refused points go to the fallback, counted there, not failed.
     assert (report.points, report.fallback_points, report.failed_points) == (300, 300, 0)
     assert report.ok
     got = read_avro_file(fb)
@@ -153,8 +153,8 @@ def test_many_refused_series_in_one_grpc_request_cost_only_themselves(server: Lo
     job2.enqueue("good", 2, 5.0)
     with pytest.raises(DeliveryError) as info:
         job2.close()
-    # Before the fix: RESOURCE_EXHAUSTED (metadata over the client's 16 KiB limit), retried
-    # until total_timeout, and every point lost, "good" too.
+    # The answer names as many refused batches as fit the client's 16 KiB metadata limit (more
+    # would be RESOURCE_EXHAUSTED, retried until total_timeout, losing "good" too).
     assert info.value.rejected == {SeriesKey(f"channel_{i:04d}"): 1 for i in range(n)}
     assert _values(LocalStore(data_dir), rid, "good") == [(2, 5.0)]
 

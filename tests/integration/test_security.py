@@ -1,4 +1,4 @@
-"""Security of the local server and the clients (issue 11):
+"""Security of the local server and the clients:
 
 - the token on every endpoint of both wires, including unknown ones: missing, wrong, nearly right
   (a prefix, another case, no ``Bearer``), right; compared in constant time (``hmac.compare_digest``

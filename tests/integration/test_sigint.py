@@ -1,5 +1,5 @@
 """Ctrl+C at random moments while a script writes single points: never a hang, never a lost or
-duplicated point, never torn state (issue 11, defect 1).
+duplicated point, never torn state.
 
 Each trial runs ``_sigint_child.py`` as a real process writing into a real local server (gRPC and
 HTTP), sends it SIGINT after a random delay (anywhere from opening the stream to its final drain),

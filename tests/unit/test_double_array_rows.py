@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from _stream_fakes import RecordingTarget
 from hypothesis import given, settings
@@ -182,3 +183,54 @@ def test_complex_numbers_are_refused_whatever_warning_filter_the_caller_set() ->
             for row in rows:
                 with pytest.raises(TypeError, match="real numbers"):
                     float_row("c", row)
+
+
+# Integers a double cannot hold, in a list row and in a tuple row (which checks every element): as
+# numpy ints (numpy compares an int64 with a float by converting the int64 to a double, so a
+# comparison cannot prove a row exact), and as objects that are ints by ``__index__`` without
+# being an int or an np.integer (a pyarrow scalar, which has no ``__float__``, and a 0-d int64
+# ndarray).
+_NUMPY_INTS_BEYOND = [np.int64(2**53 + 1), np.int64(-(2**53) - 1), np.uint64(2**64 - 1), np.int64(2**62 + 1)]
+_INDEX_INTS_BEYOND = [
+    pytest.param(lambda: pa.scalar(2**53 + 1, pa.int64()), id="pa.int64-scalar"),
+    pytest.param(lambda: pa.scalar(2**64 - 1, pa.uint64()), id="pa.uint64-scalar"),
+    pytest.param(lambda: np.array(2**53 + 1, dtype=np.int64), id="0-d-int64-ndarray"),
+]
+
+
+@pytest.mark.parametrize("bad", _NUMPY_INTS_BEYOND, ids=repr)
+@pytest.mark.parametrize("length", [1, 8, 79, 80, 200])
+def test_a_numpy_int_a_double_cannot_hold_is_refused_in_a_list_row_of_any_length(bad: object, length: int) -> None:
+    row: list[object] = [0.5] * length
+    row[length // 2] = bad
+    with pytest.raises(TypeError, match=f"integer {int(bad)} in a double array"):  # type: ignore[call-overload]
+        float_row("c", row)
+    with pytest.raises(TypeError, match="not exact as a double"):
+        float_row("c", tuple(row))
+
+
+@pytest.mark.parametrize("make", _INDEX_INTS_BEYOND)
+@pytest.mark.parametrize("length", [1, 8, 200])
+def test_an_index_int_a_double_cannot_hold_is_refused_in_a_list_row(make: object, length: int) -> None:
+    bad = make()  # type: ignore[operator]
+    row: list[object] = [0.5] * length
+    row[length // 2] = bad
+    with pytest.raises(TypeError, match="not exact as a double"):
+        float_row("c", row)
+
+
+@pytest.mark.parametrize("make", [pytest.param(lambda: np.int64(2**53 + 1), id="np.int64"), *_INDEX_INTS_BEYOND])
+def test_enqueue_float_array_does_not_store_a_rounded_int(make: object) -> None:
+    target = RecordingTarget()
+    s = NominalStream(target, dataset_rid=RID, linger=None)
+    try:
+        with pytest.raises(TypeError, match="not exact as a double"):
+            s.enqueue_float_array("c", 1, [make(), 0.0])  # type: ignore[operator]
+    finally:
+        s.close()
+    assert target.points() == {}
+
+
+def test_index_ints_a_double_holds_exactly_pass() -> None:
+    row = [pa.scalar(2**63, pa.uint64()), np.array(-(2**53), dtype=np.int64), pa.scalar(7, pa.int8())]
+    assert np.frombuffer(float_row("c", row), dtype=np.float64).tolist() == [2.0**63, -(2.0**53), 7.0]

@@ -1,9 +1,7 @@
 """A Ctrl+C the handler deferred (it landed inside stream code) reaches the main thread, whatever
-the main thread does next (review of issue 11, defect 1).
-
-Before the fix the deferred interrupt was raised by whichever thread next passed a stream's gate
-(a writer thread, while the main thread polled ``report()`` and ran on), or by nobody (a dropped
-stream's finaliser drained in the main thread, then the main thread never touched a stream again).
+the main thread does next: not raised in a writer thread that next passes a stream's gate while
+the main thread polls ``report()`` and runs on, and not lost when a dropped stream's finaliser
+drained in the main thread, which then never touches a stream again.
 """
 
 from __future__ import annotations
@@ -138,7 +136,7 @@ def test_a_second_ctrl_c_after_the_first_was_raised_is_raised_too() -> None:
     if s.state not in (StreamState.OPEN, StreamState.CLOSING):  # not drained by the handler
         pytest.skip("the watcher delivered the first press before the second write")  # microseconds
     # The caller caught it and polls on; a second press lands inside report(): no drain to cut,
-    # so it owes a KeyboardInterrupt too (before the fix it was swallowed).
+    # so it owes a KeyboardInterrupt too.
     clock.sent.clear()
     with pytest.raises(KeyboardInterrupt):
         deadline = time.monotonic() + 10

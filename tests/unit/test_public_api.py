@@ -1,9 +1,14 @@
-"""The public surface is deliberate: adding or removing a name must change this test."""
+"""The public surface is deliberate: adding or removing a name must change this test, and every type
+a public call gives back or raises is among the names."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+from _stream_fakes import RecordingTarget
 
 import beam_nominal
 
@@ -14,6 +19,7 @@ EXPECTED = [
     "BeamNominalError",
     "DeliveryError",
     "DeliveryReport",
+    "ElementError",
     "FailedElement",
     "FallbackTarget",
     "GrpcTarget",
@@ -21,7 +27,9 @@ EXPECTED = [
     "LocalServer",
     "LocalStore",
     "NominalStream",
+    "RemoteStore",
     "RetrySettings",
+    "SeriesInfo",
     "SeriesKey",
     "SeriesTypeError",
     "StreamClosedError",
@@ -32,6 +40,7 @@ EXPECTED = [
     "ValueType",
     "WriteToNominal",
     "WriteToNominalResult",
+    "WrittenFile",
     "__version__",
 ]
 
@@ -64,3 +73,23 @@ def test_stream_users_do_not_pay_for_importing_beam() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_what_public_calls_give_back_is_exported(tmp_path: Path) -> None:
+    import typing
+
+    from beam_nominal.targets.avro_prefix import AvroPrefixTarget
+
+    stream = beam_nominal.NominalStream(RecordingTarget(), dataset_rid="ri.x.1", linger=None)
+    with pytest.raises(beam_nominal.ElementError):
+        stream.enqueue("", 1, 1.0)  # an empty channel
+    stream.enqueue("a", 1, 1.0)
+    assert type(stream.close()) is beam_nominal.DeliveryReport
+    with beam_nominal.LocalServer(tmp_path / "data", port=0) as server:
+        with beam_nominal.NominalStream(server.target, dataset_rid="ri.x.1") as s:
+            s.enqueue("a", 1, 1.0)
+        with beam_nominal.RemoteStore(server.target) as remote:
+            assert [type(info) for info in remote.list_series("ri.x.1")] == [beam_nominal.SeriesInfo]
+        assert [type(info) for info in server.store.list_series("ri.x.1")] == [beam_nominal.SeriesInfo]
+    # WriteToNominalResult.files holds the files an Avro prefix target made visible.
+    assert typing.get_type_hints(AvroPrefixTarget.commit_bundle)["return"] == list[beam_nominal.WrittenFile]

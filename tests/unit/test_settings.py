@@ -80,16 +80,16 @@ def test_write_to_nominal_refuses_a_bad_setting_at_construction(
 def test_write_to_nominal_refuses_an_over_long_tag_at_construction() -> None:
     from beam_nominal.beam import WriteToNominal
 
-    with pytest.raises(ValueError, match="over 1024 characters"):
-        WriteToNominal("grpc://127.0.0.1:1", dataset_rid="ri.x", tags={"site": "x" * 1025})
+    for tags in ({"site": "x" * 1025}, {"s" * 1025: "x"}):
+        with pytest.raises(ValueError, match="over 1024 characters"):
+            WriteToNominal("grpc://127.0.0.1:1", dataset_rid="ri.x", tags=tags)
     WriteToNominal("grpc://127.0.0.1:1", dataset_rid="ri.x", tags={"site": "x" * 1024})
 
 
 @pytest.mark.parametrize("name", ["channel", "channels", "tags", "timestamps", "value", "values"])
 def test_write_to_nominal_refuses_a_timestamp_field_named_like_a_shape_field(name: str) -> None:
-    # timestamp_field="tags" made {"channel", "tags", "value"} mean two things: failed by its
-    # reader ("tags must be a mapping") while its series was new, written by the fast path once
-    # it was known. One outcome per element needs the names apart.
+    # timestamp_field="tags" would make {"channel", "tags", "value"} mean two things: a point whose
+    # "tags" is its time, or a record of tags. One outcome per element needs the names apart.
     from beam_nominal.beam import WriteToNominal
 
     with pytest.raises(ValueError, match=f"timestamp_field {name!r} is a field name"):

@@ -792,6 +792,18 @@ def test_a_bad_channel_name_is_blamed_on_the_channel_even_with_batch_tags() -> N
     assert info.value.field == "channel"
 
 
+def test_staged_records_of_long_strings_count_their_bytes() -> None:
+    b = PointBatch()
+    b.add_record(1, {"s": "x" * 1_000_000})
+    assert b.nbytes >= 1_000_000
+
+
+def test_staged_records_of_arrays_count_their_bytes() -> None:
+    b = PointBatch()
+    b.add_record(1, {"a": [1.0] * 100_000})
+    assert b.nbytes >= 800_000
+
+
 # -- determinism ----------------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from _stream_fakes import RecordingTarget
 
+from beam_nominal._pipeline.staging import ElementError
 from beam_nominal._wire.decode import decode_request
 from beam_nominal.errors import SeriesTypeError
 from beam_nominal.model import SeriesKey, ValueType
@@ -318,3 +319,41 @@ def test_repeated_float64_batches_of_a_known_series_keep_order_copies_and_checks
     assert target.points()[SeriesKey("f")] == expected
     assert report.points == len(expected) + 3
     assert len(target.acked) > 1  # the budget cut requests along the way
+
+
+@pytest.mark.parametrize("tags", [{"k": "v" * 1025}, {"k" * 1025: "v"}], ids=["value", "key"])
+def test_an_over_long_tag_is_refused_at_enqueue_and_good_data_still_goes(tags: dict[str, str]) -> None:
+    target = RecordingTarget()
+    s = NominalStream(target, dataset_rid="ri.x.1", linger=None)
+    s.enqueue("good", 1, 1.0, {"k": "v" * 1024})
+    for call in (
+        lambda: s.enqueue("bad", 2, 2.0, tags),
+        lambda: s.enqueue_batch("bad", [2], [2.0], tags),
+    ):
+        with pytest.raises((ElementError, ValueError), match="1024"):
+            call()
+    s.enqueue("good", 3, 3.0, {"k": "v" * 1024})
+    report = s.close()
+    assert report.failed_points == 0
+    assert target.points() == {SeriesKey.of("good", {"k": "v" * 1024}): [(1, 1.0), (3, 3.0)]}
+
+
+def test_enqueue_batch_copies_a_2d_matrix_of_rows() -> None:
+    target = RecordingTarget()
+    s = NominalStream(target, dataset_rid="ri.x.1", linger=None)
+    m = np.array([[1.0, 2.0], [3.0, 4.0]])
+    s.enqueue_batch("m", [1, 2], m)
+    m[:] = -1.0  # callers may reuse their arrays
+    s.close()
+    rows = [list(v) for _, v in target.points()[SeriesKey("m")]]
+    assert rows == [[1.0, 2.0], [3.0, 4.0]]
+
+
+def test_non_ascii_text_keeps_requests_near_the_budget() -> None:
+    target = RecordingTarget()
+    s = NominalStream(
+        target, dataset_rid="ri.x.1", linger=None, max_request_bytes=64 * 1024, max_buffered_bytes=1 << 22
+    )
+    s.enqueue_batch("emoji", list(range(2000)), ["\U0001f600" * 200] * 2000)
+    s.close()
+    assert max(len(r.body) for r in target.acked) <= 2 * 64 * 1024

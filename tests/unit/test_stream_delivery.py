@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from _stream_fakes import RecordingTarget, permanent, unavailable
@@ -177,8 +179,8 @@ def _deliver_through_outage(outage: float, jitter_draw: float) -> Outcome:
 def test_default_retries_ride_out_outages_by_time_not_by_attempt_count(
     outage: float, delivered: bool, jitter_draw: float
 ) -> None:
-    """Defaults (issue 11, defect 6): 8 attempts from 0.1 s gave up after 8-13 s of outage; the
-    time bound (120 s) now decides, with the worst jitter either way."""
+    """With the default settings the time bound (120 s) decides whether an outage is ridden out, not
+    an attempt count, with the worst jitter either way."""
     outcome = _deliver_through_outage(outage, jitter_draw)
     assert outcome.acknowledged is delivered, outcome
     if not delivered:
@@ -215,3 +217,36 @@ def test_a_refusal_naming_batches_the_request_does_not_have_splits_nothing() -> 
     assert sent == [2]  # one attempt, not split
     assert info.value.undelivered == {SeriesKey("a"): 1, SeriesKey("b"): 1}
     assert info.value.rejected == {}
+
+
+def test_a_request_written_off_at_close_is_not_also_sent_to_the_fallback() -> None:
+    attempted = threading.Event()
+    down = unavailable(10**9)
+
+    def fail(request: object, attempt: int) -> object:
+        attempted.set()
+        return down(request, attempt)  # type: ignore[arg-type]
+
+    primary = RecordingTarget(fail=fail)  # type: ignore[arg-type]
+    fallback = RecordingTarget()
+    s = NominalStream(
+        primary,
+        dataset_rid="ri.x.1",
+        fallback=fallback,
+        linger=None,
+        initial_backoff=2.0,
+        max_backoff=2.0,
+        jitter=0.0,
+    )
+    s.enqueue_batch("a", [1, 2, 3], [1.0, 2.0, 3.0])
+    s._core.cut_and_register(final=True)
+    s._core.submit(s._core.take_submits())
+    assert attempted.wait(5)  # the first attempt failed; the worker now waits 2 s to retry
+    with pytest.raises(Exception, match="close timed out"):
+        s.close(timeout=0.3)
+    assert s.report().failed_points == 3
+    for t in threading.enumerate():  # the woken worker ends its job, then its thread exits
+        if t.name.startswith("beam-nominal-upload"):
+            t.join(10)
+            assert not t.is_alive()
+    assert fallback.points() == {}, "reported failed, yet stored in the fallback"

@@ -78,7 +78,7 @@ def test_dropped_stream_drains_and_warns(caplog: pytest.LogCaptureFixture) -> No
         del s
         gc.collect()
     assert any(issubclass(w.category, ResourceWarning) for w in caught)
-    # Python's default filters hide ResourceWarning; the log shows it (issue 11, defect 7).
+    # Python's default filters hide ResourceWarning; the log shows it.
     assert any("dropped without close()" in r.getMessage() for r in caplog.records)
     assert target.points() == {SeriesKey("a"): [(1, 1.0)]}
 
@@ -102,7 +102,7 @@ def test_sigint_stops_writes_drains_then_raises_and_restores_the_handler() -> No
 
 
 def _interrupt_main_when(event: threading.Event, times: int = 1, between: threading.Event | None = None) -> None:
-    """From a helper thread: once ``event`` is set, send SIGINT to this process ``times`` times
+    """From another thread: once ``event`` is set, send SIGINT to this process ``times`` times
     (waiting for ``between`` after the first, so the signals do not coalesce)."""
 
     def run() -> None:
@@ -129,7 +129,7 @@ def test_sigint_while_flush_waits_on_a_hung_target_interrupts_the_wait() -> None
     s.enqueue("a", 1, 1.0)
     _interrupt_main_when(target.entered)
     with pytest.raises(KeyboardInterrupt):
-        s.flush()  # no timeout: before the fix only the signal could end it, and it was deferred
+        s.flush()  # no timeout: only the signal can end it, and it lands while the flush waits
     assert s.state is StreamState.CLOSING
     target.release.set()
     assert s.close().points == 1  # the interrupted stream still drains what it buffered
@@ -220,6 +220,24 @@ def test_backpressure_raises_when_not_blocking() -> None:
         s.enqueue("a", 2000, 1.0)
     target.release.set()
     assert s.close().points == 1000
+
+
+def test_wide_records_of_long_strings_meet_backpressure() -> None:
+    s = NominalStream(
+        RecordingTarget(),
+        dataset_rid="ri.x.1",
+        linger=None,
+        max_request_bytes=1 << 20,
+        max_buffered_bytes=4 << 20,
+        block_on_full=False,
+    )
+    big = "x" * 1_000_000
+    try:
+        with pytest.raises(BackpressureError):
+            for i in range(100):  # 100 MB against a 4 MiB budget
+                s.enqueue_from_dict(i, {"s": big})
+    finally:
+        s.close(timeout=30)
 
 
 def test_backpressure_blocks_until_room() -> None:

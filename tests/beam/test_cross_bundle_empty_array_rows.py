@@ -1,4 +1,5 @@
-"""review5: cross_bundle_batching changes which string-array points are accepted."""
+"""Empty rows of a string-array series land as empty string arrays, with cross-bundle batching on
+or off: a batching option never changes which points are accepted."""
 
 from __future__ import annotations
 
@@ -20,14 +21,11 @@ BASE = 1_700_000_000_000_000_000
 def test_an_empty_row_of_a_string_array_series_lands_with_or_without_cross_bundle_batching(
     tmp_path: Path, cross_bundle_batching: bool
 ) -> None:
-    # Without cross-bundle batching the series is typed string_array by its first row and the
-    # empty rows after it are empty string arrays: all 30 points land. With it (at 4168052 and at
-    # 2dc18ea) each empty row reaches the pin as a one-point double_array chunk, which is refused
-    # (SeriesTypeError "pinned to string_array; got a double_array chunk", on .failed): 10 of 30
-    # points are lost only because of a batching option.
+    # An empty row alone says nothing of its element type: it takes the type its series has
+    # (string_array, from its first row), also when it reaches the sink as a chunk of its own.
     rows: list[list[str]] = [["a", "b"], [], ["x"]]
     elements = [("sa", BASE + k, rows[k % 3]) for k in range(30)]
-    rid = f"ri.test.review5.{cross_bundle_batching}"
+    rid = f"ri.test.empty-rows.{cross_bundle_batching}"
     with LocalServer(tmp_path / "data") as server:
         p = beam.Pipeline(runner=FnApiRunner())
         _ = (

@@ -55,7 +55,7 @@ def test_a_str_subclass_channel_runs_no_code_under_the_lock_outside_the_streams_
         # The channel given as the subclass, and as a str of the name a subclass registered
         # (a lookup then calls the key's __eq__).
         for plain_later in (False, True):
-            stream = NominalStream(RecordingTarget(), dataset_rid="ri.test.review", linger=None)
+            stream = NominalStream(RecordingTarget(), dataset_rid="ri.test.interrupt", linger=None)
             name = f"ch{method}"
             for i in range(3):
                 channel = name if plain_later and i == 2 else Channel(name)
@@ -101,7 +101,7 @@ def writes(channel, t):
 
 for method in range(4):
     for plain_later in (False, True):
-        stream = NominalStream(RecordingTarget(), dataset_rid="ri.test.review", linger=None)
+        stream = NominalStream(RecordingTarget(), dataset_rid="ri.test.interrupt", linger=None)
         name = "ch%d" % method
         for i in range(2):
             write, args = writes(Channel(name), B + 10 * i)[method]
@@ -122,7 +122,7 @@ print("done")
 
 
 def test_a_ctrl_c_in_a_str_subclass_channels_code_does_not_hang() -> None:
-    # A child process: the bug is a hang of the main thread's SIGINT handler.
+    # A child process: what could fail is a hang of the main thread's SIGINT handler.
     script = _CHILD.format(fakes=str(Path(__file__).parent))
     root = str(Path(beam_nominal.__file__).resolve().parents[1])
     out = subprocess.run(
