@@ -83,7 +83,6 @@ from beam_nominal._wire.encode import (
     _segment_sums,
     _string_entries,
     _string_field,
-    _utf8,
     put_timestamps_5,
     put_timestamps_10,
     timestamp_width,
@@ -94,9 +93,6 @@ from beam_nominal.model import SeriesKey, ValueType
 __all__ = [
     "decode_write_nominal",
     "encode_write_nominal",
-    "encoded_size_write_nominal",
-    "estimate_write_nominal_bytes",
-    "request_overhead_write_nominal",
 ]
 
 _T1 = b"\x0a"
@@ -579,87 +575,6 @@ def _encode_strings(batches: list[SeriesBatch], stamps: list[I64], payloads: lis
     out, point_sizes = _ragged_points(ns, tsw, body, sizes) if short is None else short
     counts = np.array([stamps[i].shape[0] for i in idx], dtype=np.int64)
     _slice_points(payloads, idx, out, _segment_sums(point_sizes, counts).tolist())
-
-
-# ---------------------------------------------------------------------------------------------
-# Sizes, for clients that budget requests
-# ---------------------------------------------------------------------------------------------
-
-
-def request_overhead_write_nominal(session_name: str | None = None) -> int:
-    """Bytes of a body that are in no ``Series``: the session name field.
-
-    ``len(encode_write_nominal(bs, name)) == request_overhead_write_nominal(name) +
-    sum(encoded_size_write_nominal(b) for b in bs)``.
-    """
-    return 0 if session_name is None else len(_string_field(_T2, session_name))
-
-
-def encoded_size_write_nominal(batch: SeriesBatch) -> int:
-    """Exact bytes ``batch`` adds to a body (its ``Series`` with tag and length).
-
-    Cost: constant for doubles (plus one ``min`` over the timestamps); one vector pass over the
-    values for int64/uint64; an encode of the text for strings and structs; arrays are encoded
-    (use :func:`estimate_write_nominal_bytes` where that is too much).
-    """
-    vt = _checked_type(0, batch)
-    ts = _checked_timestamps(0, batch)
-    n = ts.shape[0]
-    tsw = timestamp_width(ts)
-    payload: int
-    if vt is ValueType.DOUBLE:
-        payload = n * (tsw + _DOUBLE_EXTRA)
-    elif vt in _INTEGER:
-        vals = _checked_numeric(0, batch, n)
-        payload = n * (2 + tsw + 1 + (int(varint_lengths(vals).max()) if n else 1))
-    elif vt in _STRINGISH:
-        _checked_len(0, batch, n)
-        blens = _utf8(list(batch.values))[1]
-        lengths = tsw + 1 + varint_lengths(blens.view(np.uint64)) + blens
-        payload = int((1 + varint_lengths(lengths.view(np.uint64)) + lengths).sum())
-    elif vt is ValueType.DOUBLE_ARRAY:
-        payload = _double_array_points(0, batch, ts, tsw).shape[0]
-    else:
-        payload = _string_array_points(0, batch, ts, tsw).shape[0]
-    body = len(_checked_key_bytes(0, batch, _SERIES_KEY_CACHE, _encode_series_key))
-    body += len(_points_framing(vt, payload)) + payload
-    return 1 + len(varint_bytes(body)) + body
-
-
-def estimate_write_nominal_bytes(
-    value_type: ValueType,
-    n_points: int,
-    *,
-    payload_bytes: int | None = None,
-    n_elements: int = 0,
-    key_bytes: int = 64,
-    negative_timestamps: bool = False,
-) -> int:
-    """A cheap upper bound of :func:`encoded_size_write_nominal`, from counts only.
-
-    Args: as :func:`encode.estimate_batch_bytes` (``payload_bytes``: UTF-8 bytes of all strings,
-    or ``8 *`` elements of all double-array rows; ``n_elements``: strings in all string-array
-    rows; ``key_bytes``: channel and tags as encoded, about their UTF-8 length + 4 per tag).
-
-    Raises:
-        ValueError: ``payload_bytes`` missing for a type that needs it.
-    """
-    vt = ValueType(value_type)
-    per_point = TIMESTAMP_BYTES_NEGATIVE if negative_timestamps else TIMESTAMP_BYTES
-    payload = 0
-    if vt is ValueType.DOUBLE:
-        per_point += _DOUBLE_EXTRA
-    elif vt in _INTEGER:
-        per_point += 2 + 11
-    else:
-        if payload_bytes is None:
-            raise ValueError(f"estimate_write_nominal_bytes: payload_bytes is required for {vt.value}")
-        # A point's tag and length (at most 1 + 5 bytes), its value field's (the same; one per
-        # string for string arrays).
-        per_point += 6 + (0 if vt is ValueType.STRING_ARRAY else 6)
-        payload = payload_bytes + (6 * n_elements if vt is ValueType.STRING_ARRAY else 0)
-    # Series tag/len, the Channel wrapper, Points, member and array member headers.
-    return 40 + key_bytes + n_points * per_point + payload
 
 
 # ---------------------------------------------------------------------------------------------

@@ -407,18 +407,6 @@ class AvroFileTarget:
         rid, codec = self._dataset_rid, self._codec
         return f"AvroFileTarget({str(self._path)!r}, dataset_rid={rid!r}, codec={codec!r})"
 
-    def encode_block(self, batches: Iterable[SeriesBatch]) -> tuple[bytes, int]:
-        """One Avro block (count, size, data, sync) holding a record per non-empty batch.
-
-        Returns:
-            The block bytes (empty when no batch has points) and the number of points in it.
-
-        Raises:
-            TargetError: permanent; a value Avro cannot hold (see the module docs).
-        """
-        parts, points = self._block_parts(batches)
-        return b"".join(parts), points
-
     def _block_parts(self, batches: Iterable[SeriesBatch]) -> tuple[list[Any], int]:
         """The block as buffers to write in order; they live in this thread's scratch buffers."""
         return block_parts(batches, self._integers, self._codec, self._sync)
