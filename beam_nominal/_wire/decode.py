@@ -42,7 +42,6 @@ from beam_nominal._wire.fields import (
     first_out_of_range,
     fixed_14_ns,
     map_entry,
-    nanos_field,
     read_length,
     read_small_varint,
     read_tag,
@@ -89,102 +88,6 @@ def _fixed_run(buf: bytes, pos: int, stop: int, tag: int = 0x1A) -> tuple[int, i
     lens = buf[pos + 1 : end : width]
     k = min(m - len(tags.lstrip(bytes([tag]))), m - len(lens.lstrip(bytes([length]))))
     return k, width
-
-
-def _canonical_run(
-    buf: bytes, pos: int, stop: int, tag: int = 0x1A, nanos_int64: bool = False
-) -> tuple[int, I64, I64, int]:
-    """Decode a run of Timestamp entries in any varint encoding (e.g. canonical, from upb).
-
-    A run of Timestamps is nothing but varints: ``1a L [08 seconds] [10 nanos]`` repeated. The
-    varints are decoded a window at a time; read as (key, value) pairs, the run is the longest
-    prefix whose keys are ``tag`` (26 in ColumnBatch), 8 or 16, and it is accepted only if every
-    entry's length equals the bytes of its pairs. Returns (entries, seconds, nanos, end position).
-
-    Raises:
-        UpbFallback: anything else (duplicate fields, unknown fields inside an entry, a run that
-            does not end on an entry boundary); upb then decodes the batch.
-    """
-    secs: list[I64] = []
-    nanos: list[I64] = []
-    total = 0
-    while True:
-        window_end = min(stop, pos + _WINDOW)
-        k, sec, nano, pos, done = _canonical_window(buf, pos, window_end, window_end == stop, tag, nanos_int64)
-        total += k
-        secs.append(sec)
-        nanos.append(nano)
-        if done:
-            break
-        if k == 0:
-            raise UpbFallback  # an entry longer than a window: not a plain Timestamp
-    if total == 0:
-        raise UpbFallback
-    if len(secs) == 1:
-        return total, secs[0], nanos[0], pos
-    return total, np.concatenate(secs), np.concatenate(nanos), pos
-
-
-_WINDOW = 65_536
-
-
-def _canonical_window(
-    buf: bytes, pos: int, stop: int, last: bool, tag: int = 0x1A, nanos_int64: bool = False
-) -> tuple[int, I64, I64, int, bool]:
-    """One window of :func:`_canonical_run`: (entries, seconds, nanos, next position, run ended)."""
-    region = np.frombuffer(buf, dtype=np.uint8, count=stop - pos, offset=pos)
-    end_idx = np.flatnonzero(region < 0x80)
-    starts = np.empty_like(end_idx)
-    if starts.shape[0]:
-        starts[0] = 0
-        starts[1:] = end_idx[:-1] + 1
-    lens = end_idx - starts + 1
-    if lens.shape[0] and lens.max() > 10:
-        cut = int(np.argmax(lens > 10))
-        end_idx, starts, lens = end_idx[:cut], starts[:cut], lens[:cut]
-        last = True
-    npairs = end_idx.shape[0] // 2
-    if npairs == 0:
-        raise UpbFallback
-    used = region[: int(end_idx[2 * npairs - 1]) + 1]
-    shift = np.arange(used.shape[0], dtype=np.int64) - np.repeat(starts[: 2 * npairs], lens[: 2 * npairs])
-    parts = (used & 0x7F).astype(np.uint64) << (shift.astype(np.uint64) * _U(7))
-    tokens = np.add.reduceat(parts, starts[: 2 * npairs])
-    keys, vals = tokens[0::2], tokens[1::2]
-    ok = (keys == tag) | (keys == 8) | (keys == 16)
-    q = npairs if ok.all() else int(np.argmin(ok))
-    done = last or q < npairs
-    keys, vals = keys[:q], vals[:q]
-    is26 = keys == tag
-    el = np.flatnonzero(is26)
-    if el.shape[0] == 0 or el[0] != 0:
-        raise UpbFallback
-    if done:
-        run_end = int(starts[2 * q]) if 2 * q < starts.shape[0] else int(end_idx[2 * q - 1]) + 1
-    else:
-        # The window may cut the last entry: stop before it; the next window starts there.
-        run_end = int(starts[2 * el[-1]])
-        q = int(el[-1])
-        keys, vals, is26, el = keys[:q], vals[:q], is26[:q], el[:-1]
-        if el.shape[0] == 0:
-            return 0, np.empty(0, np.int64), np.empty(0, np.int64), pos, False
-    inner_start = end_idx[2 * el + 1] + 1
-    next_start = np.empty_like(inner_start)
-    next_start[:-1] = starts[2 * el[1:]]
-    next_start[-1] = run_end
-    if not (next_start - inner_start == vals[el].astype(np.int64)).all():
-        raise UpbFallback
-    k = el.shape[0]
-    eid = np.cumsum(is26) - 1
-    sec = np.zeros(k, dtype=np.uint64)
-    nanos = np.zeros(k, dtype=np.uint64)
-    for key, out in ((8, sec), (16, nanos)):
-        sel = keys == key
-        owners = eid[sel]
-        if owners.shape[0] and np.bincount(owners, minlength=k).max() > 1:
-            raise UpbFallback
-        out[owners] = vals[sel]
-    return k, sec.view(np.int64), nanos_field(nanos, nanos_int64), pos + run_end, done
 
 
 def _bad_nanos(nanos: I64) -> int | None:
@@ -295,7 +198,6 @@ class _Batch:
     """One ColumnBatch while a request is decoded: what the walk found, then its columns."""
 
     __slots__ = (
-        "canonical",
         "channel",
         "index",
         "refused",
@@ -314,8 +216,6 @@ class _Batch:
         self.tags: dict[str, str] = {}
         # Fixed-width timestamp runs: (start, entries, width).
         self.runs: list[tuple[int, int, int]] = []
-        # (seconds, nanos) of runs in another encoding (width 0 in runs), already decoded.
-        self.canonical: list[tuple[I64, I64]] = []
         self.timestamps: Any = None
         self.value_type: ValueType | None = None
         self.values: Any = None
@@ -475,12 +375,10 @@ def _walk_fields(
             if k:
                 b.runs.append((field_pos, k, width))
                 pos = field_pos + k * width
-            elif stop - field_pos < _WINDOW // 4:
-                raise UpbFallback  # a short run: upb costs less than setting up the vector path
             else:
-                k, sec, nanos, pos = _canonical_run(buf, field_pos, stop, r.tag, r.nanos_int64)
-                b.runs.append((field_pos, k, 0))
-                b.canonical.append((sec, nanos))
+                # Another varint form (canonical, as other clients write it): no client of ours
+                # sends it, and upb reads it.
+                raise UpbFallback
             continue
         if pos < stop and buf[pos] < 0x80:
             s = pos + 1
@@ -584,15 +482,7 @@ def _all_timestamps(
                 )
             b.timestamps = piece if b.timestamps is None else np.concatenate([b.timestamps, piece])
     for b in fast:
-        if b.canonical:
-            sec = b.canonical[0][0] if len(b.canonical) == 1 else np.concatenate([c[0] for c in b.canonical])
-            nanos = b.canonical[0][1] if len(b.canonical) == 1 else np.concatenate([c[1] for c in b.canonical])
-            try:
-                b.timestamps = _combine(sec, nanos, b.index, b.channel, r.nanos_checked)
-            except MalformedBatchError as exc:
-                malformed.setdefault(b.index, exc)
-                b.timestamps = np.empty(0, dtype=np.int64)
-        elif b.timestamps is None:
+        if b.timestamps is None:
             b.timestamps = np.empty(0, dtype=np.int64)
     return slow
 

@@ -22,7 +22,6 @@ from test_wire_codec import (
     _copy_values,
     _ld,
     _padded_varint,
-    _small_windows,
     _ts,
     _varint,
     assert_request_equal,
@@ -82,15 +81,6 @@ def test_fast_encoding_round_trips_through_fast_decoder(req: tuple[str, list[Ser
 def test_generated_class_bytes_decode_with_fast_decoder(req: tuple[str, list[SeriesBatch]]) -> None:
     rid, batches = req
     check(batches, decode_write_batches_v2(ref.encode(rid, batches)), rid)
-
-
-@PROPS
-@given(request(), st.sampled_from([24, 40, 64, 200]))
-def test_canonical_timestamps_decode_in_windows(req: tuple[str, list[SeriesBatch]], window: int) -> None:
-    rid, batches = req
-    data = ref.encode(rid, batches)
-    with _small_windows(window):
-        check(batches, decode_write_batches_v2(data), rid)
 
 
 @PROPS
@@ -187,8 +177,8 @@ def test_numeric_requests_take_the_whole_request_fast_path(monkeypatch: pytest.M
     assert calls[-1] is False  # a string batch: the general path
 
 
-def test_large_canonical_request_takes_the_vector_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Canonical (upb's) timestamps, pre-1970 and not, some whole seconds (nanos omitted).
+def test_large_canonical_request_decodes_exactly() -> None:
+    # Canonical (upb's) timestamps, pre-1970 and not, some whole seconds (nanos omitted): upb reads them.
     rng = np.random.default_rng(11)
     seconds = rng.integers(-(2**32), 2**33, 30_000)
     ts = np.sort(seconds * 10**9 + np.where(seconds % 5 == 0, 0, rng.integers(0, 10**9, seconds.shape[0])))
@@ -197,13 +187,7 @@ def test_large_canonical_request_takes_the_vector_path(monkeypatch: pytest.Monke
         SeriesBatch(SeriesKey.of("f", {"k": "v"}), V.DOUBLE, ts[::2], rng.standard_normal(ts[::2].shape[0])),
         SeriesBatch(SeriesKey.of("j"), V.STRUCT, ts[:20_000], [f'{{"i": {i}}}' for i in range(20_000)]),
     ]
-    data = ref.encode("r", batches)
-
-    def no_fallback(*args: Any) -> None:
-        raise AssertionError("fell back to upb")
-
-    monkeypatch.setattr(v2._READER, "slow_batch", no_fallback)
-    check(batches, decode_write_batches_v2(data), "r")
+    check(batches, decode_write_batches_v2(ref.encode("r", batches)), "r")
     check(batches, decode_write_batches_v2(encode_write_batches_v2("r", batches)), "r")
 
 
@@ -212,18 +196,12 @@ def test_large_canonical_request_takes_the_vector_path(monkeypatch: pytest.Monke
 # ---------------------------------------------------------------------------------------------
 
 
-# Small windows send short canonical runs down the vector path; the default sends them to upb.
-WINDOWS = pytest.mark.parametrize("window", [24, 65_536])
-
-
-def check_both(want: list[SeriesBatch], data: bytes, rid: str, window: int) -> None:
+def check_both(want: list[SeriesBatch], data: bytes, rid: str) -> None:
     check(want, ref.decode(data), rid)
-    with _small_windows(window):
-        check(want, decode_write_batches_v2(data), rid)
+    check(want, decode_write_batches_v2(data), rid)
 
 
-@WINDOWS
-def test_any_field_order_unknown_fields_unit_and_omitted_optionals(window: int) -> None:
+def test_any_field_order_unknown_fields_unit_and_omitted_optionals() -> None:
     unknown = b"\x78\x01" + _ld(14, b"future") + b"\x7d\x00\x00\x00\x00"  # fields 15 (varint), 14, 15 (fixed32)
     doubles = _ld(1, struct.pack("<d", 1.5)) + unknown + _ld(1, struct.pack("<d", -2.0))
     points = (
@@ -236,29 +214,27 @@ def test_any_field_order_unknown_fields_unit_and_omitted_optionals(window: int) 
     batch = unknown + _ld(4, "m/s ✓".encode()) + _ld(3, points) + _ld(2, _ld(2, b"v") + _ld(1, b"k")) + _ld(1, b"ch")
     data = unknown + _ld(2, b"rid") + _ld(1, batch) + unknown
     want = [SeriesBatch(SeriesKey.of("ch", {"k": "v"}), V.DOUBLE, _ts(5, 2_000_000_000), np.array([1.5, -2.0]))]
-    check_both(want, data, "rid", window)
+    check_both(want, data, "rid")
 
 
-@WINDOWS
-def test_points_split_over_occurrences_merge_as_upb_merges(window: int) -> None:
+def test_points_split_over_occurrences_merge_as_upb_merges() -> None:
     # Two occurrences of RecordsBatch.points: timestamps in both, the member in the second; and a
     # member given twice (packed chunks of one column).
     first = _ts_v2(1, 0) + _ts_v2(2, 0)
     second = _ts_v2(3, 0) + _ld(5, _ld(1, _varint(7))) + _ld(5, _ld(1, _varint(8) + _varint(2**64 - 1)))
     data = _ld(1, _ld(1, b"c") + _ld(3, first) + _ld(3, second))
     want = [SeriesBatch(SeriesKey.of("c"), V.INT64, _ts(10**9, 2 * 10**9, 3 * 10**9), np.array([7, 8, -1]))]
-    check_both(want, data, "", window)
+    check_both(want, data, "")
 
 
-@WINDOWS
-def test_fixed_width_runs_split_by_unknown_fields(window: int) -> None:
+def test_fixed_width_runs_split_by_unknown_fields() -> None:
     fixed = encode_write_batches_v2("", [SeriesBatch(SeriesKey.of("c"), V.DOUBLE, _ts(3, 4), np.array([1.0, 2.0]))])
     at = fixed.index(b"\x0a\x0c\x08")
     entries = fixed[at : at + 28]
     points = entries[:14] + b"\x78\x05" + entries[14:] + _ts_v2(0, 9) + _ld(2, _ld(1, struct.pack("<3d", 1, 2, 3)))
     data = _ld(1, _ld(1, b"c") + _ld(3, points))
     want = [SeriesBatch(SeriesKey.of("c"), V.DOUBLE, _ts(3, 4, 9), np.array([1.0, 2.0, 3.0]))]
-    check_both(want, data, "", window)
+    check_both(want, data, "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,9 +246,9 @@ def _ok_batch(width: tuple[int, int] | None = None) -> bytes:
     return _ld(1, _ld(1, b"ok") + _ld(3, _ts_v2(1, 0, width) + _ld(2, _ld(1, struct.pack("<d", 1.0)))))
 
 
-def _malformed(data: bytes, window: int = 65_536) -> MalformedBatchError:
+def _malformed(data: bytes) -> MalformedBatchError:
     """The error both decoders raise for ``data``, checked to agree on batch and channel."""
-    with pytest.raises(MalformedBatchError) as fast, _small_windows(window):
+    with pytest.raises(MalformedBatchError) as fast:
         decode_write_batches_v2(data)
     with pytest.raises(MalformedBatchError) as slow:
         ref.decode(data)
@@ -288,40 +264,37 @@ def test_points_type_not_set_names_batch_and_channel() -> None:
     assert "points type not set" in _malformed(_ld(1, _ld(1, b"none"))).reason
 
 
-@WINDOWS
 @pytest.mark.parametrize("with_doubles", [False, True])
-def test_log_points_are_refused(with_doubles: bool, window: int) -> None:
+def test_log_points_are_refused(with_doubles: bool) -> None:
     # LogPoints { repeated LogPoint points = 1 }, LogPoint { Timestamp timestamp = 1; LogValue value = 2 }.
     log = _ld(4, _ld(1, _ld(1, _varint(8) + _varint(1)) + _ld(2, _ld(1, b"hello"))))
     doubles = _ld(2, _ld(1, struct.pack("<d", 1.0))) if with_doubles else b""
     data = _ok_batch() + _ld(1, _ld(3, _ts_v2(1, 0) + doubles + log) + _ld(1, b"logs"))
-    err = _malformed(data, window)
+    err = _malformed(data)
     assert (err.index, err.channel) == (1, "logs")
     assert "log points are not stored" in err.reason
 
 
-@WINDOWS
 # The 5-byte fixed form holds nanos below 2**35 only.
 @pytest.mark.parametrize(
     ("form", "nanos"),
     [("fixed", 10**9), ("fixed", 2**32 + 5), *(("canonical", n) for n in (10**9, -1, 2**32 + 5, 2**62))],
 )
-def test_nanos_outside_a_second_are_refused(nanos: int, form: str, window: int) -> None:
+def test_nanos_outside_a_second_are_refused(nanos: int, form: str) -> None:
     # In the fixed form the whole request is numeric and fixed-width: the whole-request fast path.
     width = (5, 5) if form == "fixed" else None
     points = _ts_v2(1, 0, width) + _ts_v2(1, nanos, width) + _ld(5, _ld(1, _varint(1) + _varint(2)))
-    err = _malformed(_ok_batch(width) + _ld(1, _ld(1, b"n") + _ld(3, points)), window)
+    err = _malformed(_ok_batch(width) + _ld(1, _ld(1, b"n") + _ld(3, points)))
     assert (err.index, err.channel) == (1, "n")
     assert "nanos" in err.reason and "outside [0, 1e9)" in err.reason
 
 
-@WINDOWS
 @pytest.mark.parametrize("sec", [2**34, -(2**34), 9_223_372_037])
-def test_timestamp_outside_int64_nanoseconds_is_refused(sec: int, window: int) -> None:
+def test_timestamp_outside_int64_nanoseconds_is_refused(sec: int) -> None:
     fixed = _ts_v2(sec, 0, (10, 5)) if sec < 0 else _ts_v2(sec, 0, (5, 5))
     for entry in (fixed, _ts_v2(sec, 0)):
         data = _ld(1, _ld(1, b"far") + _ld(3, entry + _ld(2, _ld(1, struct.pack("<d", 1.0)))))
-        assert "outside the int64 nanosecond range" in _malformed(data, window).reason
+        assert "outside the int64 nanosecond range" in _malformed(data).reason
 
 
 @pytest.mark.parametrize("member", [2, 3, 5, 6, 7, 8])
@@ -396,16 +369,15 @@ _MUTATION_BASES = [encode_write_batches_v2(RID, EDGE), ref.encode(RID, EDGE)]
 
 
 @settings(max_examples=EXAMPLES * 4, deadline=None)
-@given(st.sampled_from(_MUTATION_BASES), st.data(), st.sampled_from([24, 65_536]))
-def test_spliced_requests_agree_with_upb(base: bytes, draw: st.DataObject, window: int) -> None:
+@given(st.sampled_from(_MUTATION_BASES), st.data())
+def test_spliced_requests_agree_with_upb(base: bytes, draw: st.DataObject) -> None:
     # Each splice replaces up to 4 bytes by up to 4 others: a changed, dropped or inserted byte.
     data = base
     for _ in range(draw.draw(st.integers(1, 3))):
         start = draw.draw(st.integers(0, len(data)))
         stop = draw.draw(st.integers(start, min(len(data), start + 4)))
         data = data[:start] + draw.draw(st.binary(max_size=4)) + data[stop:]
-    with _small_windows(window):
-        _assert_agrees_with_upb(data)
+    _assert_agrees_with_upb(data)
 
 
 @pytest.mark.parametrize(
