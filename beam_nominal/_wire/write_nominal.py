@@ -1146,8 +1146,8 @@ def _string_columns(fields: U8, chain: I64, counts: I64) -> StringRows:
     wide = chain[fields[chain + 1] >= 0x80]
     lengths = np.append(chain[1:], fields.shape[0]) - chain - 2
     lengths[np.searchsorted(chain, wide)] -= 1
-    # Scatters and np.compress, not boolean indexing: its per-byte branches cost 3-4x as much
-    # on masks of short strings (a request of 32-string rows: 12 ms against 3).
+    # Scatters and np.compress, not boolean indexing, whose per-byte branches cost several times as
+    # much on masks of short strings.
     string = np.ones(fields.shape[0], dtype=np.bool_)
     for at in (chain, chain + 1, wide + 2):
         fields[at] = 0
