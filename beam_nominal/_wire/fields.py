@@ -18,17 +18,13 @@ from google.protobuf.message import DecodeError
 from beam_nominal._wire._varint import I64, U64
 
 __all__ = [
-    "INT64_MAX",
-    "INT64_MIN",
     "NS",
-    "SAFE_SECONDS",
     "UpbFallback",
     "decode_fixed_14",
     "decode_fixed_19",
     "first_out_of_range",
     "fixed_14_ns",
     "map_entry",
-    "nanos_field",
     "read_length",
     "read_small_varint",
     "read_tag",
@@ -44,9 +40,9 @@ _U = np.uint64
 
 NS = 1_000_000_000
 # |seconds| up to this bound cannot overflow int64 nanoseconds even with an int32 nanos field.
-SAFE_SECONDS = 9_223_372_034
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
+_SAFE_SECONDS = 9_223_372_034
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
 
 
 # Fixed-width timestamp rows, checked as little-endian words under a mask (see encode.py):
@@ -152,7 +148,7 @@ def unspread5(w: U64) -> U64:
     return v
 
 
-def nanos_field(raw: U64, int64: bool) -> I64:
+def _nanos_field(raw: U64, int64: bool) -> I64:
     """The nanos field from its varints: all 64 bits for an int64 field; for an int32 field the
     low 32 bits, as every parser keeps of a wider varint."""
     if int64:
@@ -167,7 +163,7 @@ def decode_fixed_14(region: Any, n: int, tag: int = 0x1A, nanos_int64: bool = Fa
     hi = np.ndarray((n,), dtype="<u8", buffer=region, offset=6, strides=(14,)).astype(np.uint64)
     ok = ((lo & _LO_MASK) == _lo_want(tag)) & ((hi & _HI_MASK) == _HI_WANT)
     sec = unspread5(lo >> _U(24)).view(np.int64)
-    return ok, sec, nanos_field(unspread5(hi >> _U(24)), nanos_int64)
+    return ok, sec, _nanos_field(unspread5(hi >> _U(24)), nanos_int64)
 
 
 def _lo_want(tag: int) -> np.uint64:
@@ -190,15 +186,15 @@ def decode_fixed_19(
     nanos = np.zeros(n, dtype=np.uint64)
     for k in range(5):
         nanos |= (rows[:, 14 + k] & 0x7F).astype(np.uint64) << _U(7 * k)
-    return ok, sec.view(np.int64), nanos_field(nanos, nanos_int64)
+    return ok, sec.view(np.int64), _nanos_field(nanos, nanos_int64)
 
 
 def first_out_of_range(sec: I64, nanos: I64) -> int | None:
     """Index of the first timestamp outside int64 nanoseconds, or None."""
-    if sec.shape[0] == 0 or (int(sec.max()) <= SAFE_SECONDS and int(sec.min()) >= -SAFE_SECONDS):
+    if sec.shape[0] == 0 or (int(sec.max()) <= _SAFE_SECONDS and int(sec.min()) >= -_SAFE_SECONDS):
         return None
-    for j in np.flatnonzero((sec > SAFE_SECONDS) | (sec < -SAFE_SECONDS)).tolist():
-        if not INT64_MIN <= int(sec[j]) * NS + int(nanos[j]) <= INT64_MAX:
+    for j in np.flatnonzero((sec > _SAFE_SECONDS) | (sec < -_SAFE_SECONDS)).tolist():
+        if not _INT64_MIN <= int(sec[j]) * NS + int(nanos[j]) <= _INT64_MAX:
             return int(j)
     return None
 
@@ -288,7 +284,7 @@ def fixed_14_ns(
             return None
         sec = unspread5(lo >> _U(24))
         # Seconds are 5-byte varints (< 2**35): only the upper bound can be crossed.
-        if int(sec.max()) > SAFE_SECONDS:
+        if int(sec.max()) > _SAFE_SECONDS:
             return None
         raw = unspread5(hi >> _U(24))
         # Below 1e9 (checked or not), an int64 field's value is its int32 view too.
