@@ -243,7 +243,7 @@ class ColumnReader:
         layout: where the form puts each part.
         parse_batch: parses one batch message's bytes with upb (raising ``DecodeError`` for
             broken bytes), so that broken bytes are reported before a malformed batch.
-        slow_batch: ``(buf, start, stop, index)`` decodes the batch at ``buf[start:stop]`` with
+        upb_batch: ``(buf, start, stop, index)`` decodes the batch at ``buf[start:stop]`` with
             upb and the reference converter, for encodings the vector paths do not read.
     """
 
@@ -251,11 +251,11 @@ class ColumnReader:
         self,
         layout: ColumnLayout,
         parse_batch: Callable[[bytes], object],
-        slow_batch: Callable[[bytes, int, int, int], SeriesBatch],
+        upb_batch: Callable[[bytes, int, int, int], SeriesBatch],
     ) -> None:
         self.layout = layout
         self.parse_batch = parse_batch
-        self.slow_batch = slow_batch
+        self.upb_batch = upb_batch
         self.tag = layout.timestamp_tag
         self.nanos_int64 = layout.nanos_int64
         self.nanos_checked = layout.nanos_checked
@@ -536,7 +536,7 @@ def _all_numbers(buf: bytes, todo: list[tuple[_Batch, int, list[tuple[int, int]]
                 b.value_type, b.values = ValueType.UINT64, piece
 
 
-def _slow_batch(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
+def _upb_batch(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
     """Decode one ColumnBatch with upb and the reference converter."""
     req = cw.WriteColumnBatchesRequest()
     req.batches.add().MergeFromString(buf[start:stop])
@@ -552,7 +552,7 @@ def _slow_batch(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
 
 # The gRPC form. Its fallback is looked up when called (tests replace it).
 _COLUMN_READER = ColumnReader(
-    COLUMN_BATCHES, cw.ColumnBatch.FromString, lambda buf, start, stop, index: _slow_batch(buf, start, stop, index)
+    COLUMN_BATCHES, cw.ColumnBatch.FromString, lambda buf, start, stop, index: _upb_batch(buf, start, stop, index)
 )
 
 
@@ -601,7 +601,7 @@ def _prefix_key(buf: bytes, s: int, p: int) -> SeriesKey | None:
     return SeriesKey(channel, tuple(sorted(tags.items())) if tags else ())
 
 
-def _fast_batches(buf: bytes, spans: list[tuple[int, int]], r: ColumnReader | None = None) -> list[SeriesBatch] | None:
+def _fixed_layout_batches(buf: bytes, spans: list[tuple[int, int]], r: ColumnReader) -> list[SeriesBatch] | None:
     """Decode a request whose every batch is ``channel, tags..., fixed-width timestamps, one
     numeric member with one packed field`` (timestamps and member inside one points message
     where the form has one), with one lean pass per batch and columns in bulk.
@@ -614,8 +614,6 @@ def _fast_batches(buf: bytes, spans: list[tuple[int, int]], r: ColumnReader | No
     runs: list[tuple[int, int]] = []  # (start, entries)
     members: list[int] = []
     data: list[tuple[int, int]] = []
-    if r is None:
-        r = _COLUMN_READER
     cache = _KEY_CACHE
     find = buf.find
     run_head = r.run_head
@@ -765,8 +763,7 @@ def decode_columns(data: bytes | bytearray | memoryview, reader: ColumnReader) -
     source = texts.get(layout.source_field) if layout.source_field else None
 
     if spans:
-        # (The gRPC form keeps the call its tests observe.)
-        quick = _fast_batches(buf, spans) if reader is _COLUMN_READER else _fast_batches(buf, spans, reader)
+        quick = _fixed_layout_batches(buf, spans, reader)
         if quick is not None:
             return DecodedRequest(rid, source, quick)
     batches = [_Batch(i, span) for i, span in enumerate(spans)]
@@ -811,7 +808,7 @@ def decode_columns(data: bytes | bytearray | memoryview, reader: ColumnReader) -
     for b in sorted(slow, key=lambda x: x.index):
         malformed.pop(b.index, None)
         try:
-            out[b.index] = reader.slow_batch(buf, b.span[0], b.span[1], b.index)
+            out[b.index] = reader.upb_batch(buf, b.span[0], b.span[1], b.index)
         except MalformedBatchError as exc:
             malformed[b.index] = exc
     if malformed:

@@ -65,12 +65,12 @@ WRITE_BATCHES_V2 = ColumnLayout(
 )
 
 
-def _slow_batch(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
+def _upb_batch(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
     """Decode one RecordsBatch with upb and the reference converter."""
     return reference_columnar.batch_from_proto(index, common.RecordsBatch.FromString(buf[start:stop]))
 
 
-_READER = ColumnReader(WRITE_BATCHES_V2, common.RecordsBatch.FromString, _slow_batch)
+_READER = ColumnReader(WRITE_BATCHES_V2, common.RecordsBatch.FromString, _upb_batch)
 
 
 def encode_write_batches_v2(dataset_rid: str, batches: Sequence[SeriesBatch]) -> bytes:

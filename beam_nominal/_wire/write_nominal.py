@@ -634,7 +634,7 @@ def decode_write_nominal(data: bytes | bytearray | memoryview, dataset_rid: str)
                 slow.append(w.at)
     for i in slow:
         try:
-            out[i] = _slow_series(buf, spans[i][0], spans[i][1], i)
+            out[i] = _upb_series(buf, spans[i][0], spans[i][1], i)
         except MalformedBatchError as exc:
             malformed[i] = exc
     if malformed:
@@ -646,7 +646,7 @@ def decode_write_nominal(data: bytes | bytearray | memoryview, dataset_rid: str)
     return DecodedRequest(dataset_rid, session, out)  # type: ignore[arg-type]
 
 
-def _slow_series(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
+def _upb_series(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
     """One ``Series`` through upb and the reference converter."""
     return reference_row.series_batch(index, nw.Series.FromString(buf[start:stop]))
 

@@ -1,4 +1,4 @@
-"""The decoder's whole-request fast path (``_fast_batches``) against upb and the general path."""
+"""The decoder's whole-request fast path (``_fixed_layout_batches``) against upb and the general path."""
 
 from __future__ import annotations
 
@@ -44,14 +44,14 @@ def same(a: DecodedRequest, b: DecodedRequest) -> None:
 def fast_calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Records whether each request went through the fast path (True) or fell back (False)."""
     calls: list[bool] = []
-    real = dec._fast_batches
+    real = dec._fixed_layout_batches
 
-    def spy(buf: bytes, spans: list[tuple[int, int]]) -> Any:
-        out = real(buf, spans)
+    def spy(*args: Any) -> Any:
+        out = real(*args)
         calls.append(out is not None)
         return out
 
-    monkeypatch.setattr(dec, "_fast_batches", spy)
+    monkeypatch.setattr(dec, "_fixed_layout_batches", spy)
     return calls
 
 

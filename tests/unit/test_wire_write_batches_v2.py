@@ -151,14 +151,14 @@ def test_layout_is_the_grpc_columns_inside_points() -> None:
 
 def test_numeric_requests_take_the_whole_request_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[bool] = []
-    real = dec._fast_batches
+    real = dec._fixed_layout_batches
 
     def spy(*args: Any) -> Any:
         out = real(*args)
         calls.append(out is not None)
         return out
 
-    monkeypatch.setattr(dec, "_fast_batches", spy)
+    monkeypatch.setattr(dec, "_fixed_layout_batches", spy)
     ts = T + np.arange(300, dtype=np.int64) * 7
     batches = [
         SeriesBatch(SeriesKey.of("d", {"rig": "a"}), V.DOUBLE, ts, np.linspace(-1, 1, 300)),

@@ -59,7 +59,7 @@ def no_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any) -> None:
         raise AssertionError("fell back to upb")
 
-    monkeypatch.setattr(wn, "_slow_series", refuse)
+    monkeypatch.setattr(wn, "_upb_series", refuse)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -633,14 +633,14 @@ def test_long_canonical_double_arrays_decode_like_upb(series: list[tuple[list[tu
     assert isinstance(want, DecodedRequest)
     assert_body_equal(batches, want, None)  # the oracle is right about its own encoding
     fell_back = []
-    slow = wn._slow_series
+    slow = wn._upb_series
 
     def counted(*args: Any) -> SeriesBatch:
         fell_back.append(args[-1])
         return slow(*args)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(wn, "_slow_series", counted)
+        mp.setattr(wn, "_upb_series", counted)
         assert_body_equal(want.batches, decode_write_nominal(data, RID), None)
     too_long = [j for j, (points, _) in enumerate(series) if any(w > 2045 for _, w in points)]
     assert set(fell_back) <= set(too_long)
