@@ -20,7 +20,7 @@ from typing import Any
 
 from beam_nominal._wire import reference_row
 from beam_nominal._wire.batch import SeriesBatch
-from beam_nominal._wire.write_nominal import decode_write_nominal, encode_write_nominal, encoded_size_write_nominal
+from beam_nominal._wire.write_nominal import decode_write_nominal, encode_write_nominal
 from benchmarks.bench_wire import TARGET_BYTES, _equal, _shapes, interleaved_times
 
 RID = "ri.bench"
@@ -31,13 +31,13 @@ def _fit(batches: list[SeriesBatch]) -> list[SeriesBatch]:
     if len(batches) > 1:
         out, size = [], 0
         for b in batches:
-            size += encoded_size_write_nominal(b)
+            size += len(encode_write_nominal([b]))
             if size > TARGET_BYTES:
                 break
             out.append(b)
         return out
     (b,) = batches
-    n = len(b) * TARGET_BYTES // encoded_size_write_nominal(b)
+    n = len(b) * TARGET_BYTES // len(encode_write_nominal([b]))
     return [SeriesBatch(b.key, b.value_type, b.timestamps[:n], b.values[:n])]
 
 

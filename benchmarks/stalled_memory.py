@@ -6,7 +6,8 @@ For each cap, a child process (tests/integration/_memory_child.py) runs a ``Nomi
 before the stream existed; then closes with a 1 s timeout.
 
 Also shows what the stream's live requests hold then (columns and encoded bodies, the two things
-its budget counts). ``--fixed-malloc`` runs the children with glibc's dynamic mmap threshold off,
+its budget counts), and the bytes glibc's heaps hold free (resident, not handed back: what the
+default dynamic mmap threshold costs). ``--fixed-malloc`` runs the children with glibc's dynamic mmap threshold off,
 so freed large buffers go back to the OS and the RSS shows live memory more closely.
 
 Run: ``.venv/bin/python -m benchmarks.stalled_memory [--caps 16 32 64 128] [--fixed-malloc]`` (MiB).
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         "RSS growth (MiB)",
         "growth / cap",
         "live requests: columns + encoded (MiB)",
+        "malloc free heap (MiB)",
         "blocked",
         "close (s)",
     ]
@@ -68,9 +70,10 @@ def main(argv: list[str] | None = None) -> int:
                     r = json.loads(out.stdout.strip().splitlines()[-1])
                     growth = (r["peak_rss"] - r["baseline_rss"]) / 2**20
                     live = f"{r['request_columns_bytes'] / 2**20:.1f} + {r['request_encoded_bytes'] / 2**20:.1f}"
+                    free = "-" if r["malloc_free_bytes"] is None else f"{r['malloc_free_bytes'] / 2**20:.0f}"
                     print(
                         f"| {wire} | {cap} | {r['enqueued_bytes'] / 2**20:.0f} | {growth:.1f} | {growth / cap:.2f} "
-                        f"| {live} | {r['blocked']} | {r['close_seconds']:.2f} |",
+                        f"| {live} | {free} | {r['blocked']} | {r['close_seconds']:.2f} |",
                         flush=True,
                     )
         finally:

@@ -20,7 +20,7 @@ form; :mod:`write_batches_v2` reads Nominal's HTTP columnar form with the same c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,131 +31,37 @@ from beam_nominal._wire._proto.nominal.channel_writer.v1 import nominal_channel_
 from beam_nominal._wire._proto.nominal.direct_channel_writer.v2 import (
     direct_channel_writer_common_pb2 as common,
 )
-from beam_nominal._wire._varint import I64, U64, decode_varints, varint_bytes
+from beam_nominal._wire._varint import I64, decode_varints, varint_bytes
 from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
 from beam_nominal._wire.encode import COLUMN_BATCHES, ColumnLayout, _values_body
+from beam_nominal._wire.fields import (
+    NS,
+    UpbFallback,
+    decode_fixed_14,
+    decode_fixed_19,
+    first_out_of_range,
+    fixed_14_ns,
+    map_entry,
+    read_length,
+    read_small_varint,
+    read_tag,
+    read_text,
+    read_varint,
+    request_fields,
+    single_member,
+    skip_field,
+)
 from beam_nominal.model import SeriesKey, ValueType
 
 __all__ = ["ColumnReader", "decode_columns", "decode_request", "decode_write_batches"]
 
-_NS = 1_000_000_000
-# |seconds| up to this bound cannot overflow int64 nanoseconds even with an int32 nanos field.
-_SAFE_SECONDS = 9_223_372_034
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
 
 _U = np.uint64
-# Fixed-width timestamp rows, checked as little-endian words under a mask (see encode.py):
-# bytes 0..7 = 1a 0c 08 s0 s1 s2 s3 s4, bytes 6..13 = s3 s4 10 n0 n1 n2 n3 n4.
-_LO_MASK = _U(0x80_80_80_80_80_FF_FF_FF)
-_LO_WANT = _U(0x00_80_80_80_80_08_0C_1A)
-_HI_MASK = _U(0x80_80_80_80_80_FF_00_00)
-_HI_WANT = _U(0x00_80_80_80_80_10_00_00)
-
-
-class _Fallback(Exception):
-    """A batch uses a valid encoding the fast path does not handle; decode it with upb."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Field walking
-# ---------------------------------------------------------------------------------------------
-
-
-def _varint(buf: bytes, pos: int, end: int, where: str) -> tuple[int, int]:
-    if pos >= end:
-        raise DecodeError(f"{where}: truncated (varint expected at byte {pos})")
-    b = buf[pos]
-    if b < 0x80:
-        return b, pos + 1
-    result = b & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        if pos >= end:
-            raise DecodeError(f"{where}: truncated varint at byte {pos}")
-        if shift > 63:
-            raise DecodeError(f"{where}: varint longer than 10 bytes at byte {pos}")
-        b = buf[pos]
-        result |= (b & 0x7F) << shift
-        pos += 1
-        if b < 0x80:
-            return result & 0xFFFF_FFFF_FFFF_FFFF, pos
-        shift += 7
-
-
-def _tag(buf: bytes, pos: int, end: int, where: str) -> tuple[int, int, int]:
-    """(field number, wire type, next position)."""
-    key, after = _varint(buf, pos, end, where)
-    field = key >> 3
-    if field == 0 or field > 0x1FFF_FFFF:
-        raise DecodeError(f"{where}: invalid field number {field}")
-    if after - pos > 5:
-        # upb refuses a tag padded past 5 bytes; a fast path must not store what upb rejects.
-        raise DecodeError(f"{where}: field tag of {after - pos} bytes (at most 5)")
-    return field, key & 7, after
-
-
-def _length(buf: bytes, pos: int, end: int, where: str) -> tuple[int, int]:
-    """(start, stop) of a length-delimited field whose length varint is at ``pos``."""
-    n, pos = _varint(buf, pos, end, where)
-    stop = pos + n
-    if stop > end:
-        raise DecodeError(f"{where}: field of {n} bytes runs past the end of its message")
-    return pos, stop
-
-
-# upb's default nesting limit; deeper unknown groups are refused rather than recursed into.
-_MAX_DEPTH = 100
-
-
-def _skip(buf: bytes, pos: int, end: int, field: int, wire_type: int, where: str, depth: int = 0) -> int:
-    """Skip one field's value (the tag already read) and return the next position."""
-    if wire_type == 0:
-        return _varint(buf, pos, end, where)[1]
-    if wire_type == 1:
-        pos += 8
-    elif wire_type == 5:
-        pos += 4
-    elif wire_type == 2:
-        return _length(buf, pos, end, where)[1]
-    elif wire_type == 3:
-        if depth >= _MAX_DEPTH:
-            raise DecodeError(f"{where}: groups nested deeper than {_MAX_DEPTH}")
-        while True:
-            inner, wt, pos = _tag(buf, pos, end, where)
-            if wt == 4:
-                if inner != field:
-                    raise DecodeError(f"{where}: group {field} closed by end-group {inner}")
-                return pos
-            pos = _skip(buf, pos, end, inner, wt, where, depth + 1)
-    else:
-        raise DecodeError(f"{where}: invalid wire type {wire_type} for field {field}")
-    if pos > end:
-        raise DecodeError(f"{where}: truncated fixed-width field {field}")
-    return pos
-
-
-def _text(buf: bytes, start: int, stop: int, where: str) -> str:
-    try:
-        return buf[start:stop].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DecodeError(f"{where}: string is not valid UTF-8 ({exc.reason})") from None
 
 
 # ---------------------------------------------------------------------------------------------
 # Columns
 # ---------------------------------------------------------------------------------------------
-
-
-def _unspread5(w: U64) -> U64:
-    """Inverse of the encoder's ``_spread5``: 5 varint bytes in the low 40 bits -> value."""
-    v = w & _U(0x7F)
-    v |= (w >> _U(1)) & _U(0x3F80)
-    v |= (w >> _U(2)) & _U(0x1FC000)
-    v |= (w >> _U(3)) & _U(0xFE00000)
-    v |= (w >> _U(4)) & _U(0x7F0000000)
-    return v
 
 
 def _fixed_run(buf: bytes, pos: int, stop: int, tag: int = 0x1A) -> tuple[int, int]:
@@ -184,158 +90,11 @@ def _fixed_run(buf: bytes, pos: int, stop: int, tag: int = 0x1A) -> tuple[int, i
     return k, width
 
 
-def _canonical_run(
-    buf: bytes, pos: int, stop: int, tag: int = 0x1A, nanos_int64: bool = False
-) -> tuple[int, I64, I64, int]:
-    """Decode a run of Timestamp entries in any varint encoding (e.g. canonical, from upb).
-
-    A run of Timestamps is nothing but varints: ``1a L [08 seconds] [10 nanos]`` repeated. The
-    varints are decoded a window at a time; read as (key, value) pairs, the run is the longest
-    prefix whose keys are ``tag`` (26 in ColumnBatch), 8 or 16, and it is accepted only if every
-    entry's length equals the bytes of its pairs. Returns (entries, seconds, nanos, end position).
-
-    Raises:
-        _Fallback: anything else (duplicate fields, unknown fields inside an entry, a run that
-            does not end on an entry boundary); upb then decodes the batch.
-    """
-    secs: list[I64] = []
-    nanos: list[I64] = []
-    total = 0
-    while True:
-        window_end = min(stop, pos + _WINDOW)
-        k, sec, nano, pos, done = _canonical_window(buf, pos, window_end, window_end == stop, tag, nanos_int64)
-        total += k
-        secs.append(sec)
-        nanos.append(nano)
-        if done:
-            break
-        if k == 0:
-            raise _Fallback  # an entry longer than a window: not a plain Timestamp
-    if total == 0:
-        raise _Fallback
-    if len(secs) == 1:
-        return total, secs[0], nanos[0], pos
-    return total, np.concatenate(secs), np.concatenate(nanos), pos
-
-
-_WINDOW = 65_536
-
-
-def _canonical_window(
-    buf: bytes, pos: int, stop: int, last: bool, tag: int = 0x1A, nanos_int64: bool = False
-) -> tuple[int, I64, I64, int, bool]:
-    """One window of :func:`_canonical_run`: (entries, seconds, nanos, next position, run ended)."""
-    region = np.frombuffer(buf, dtype=np.uint8, count=stop - pos, offset=pos)
-    end_idx = np.flatnonzero(region < 0x80)
-    starts = np.empty_like(end_idx)
-    if starts.shape[0]:
-        starts[0] = 0
-        starts[1:] = end_idx[:-1] + 1
-    lens = end_idx - starts + 1
-    if lens.shape[0] and lens.max() > 10:
-        cut = int(np.argmax(lens > 10))
-        end_idx, starts, lens = end_idx[:cut], starts[:cut], lens[:cut]
-        last = True
-    npairs = end_idx.shape[0] // 2
-    if npairs == 0:
-        raise _Fallback
-    used = region[: int(end_idx[2 * npairs - 1]) + 1]
-    shift = np.arange(used.shape[0], dtype=np.int64) - np.repeat(starts[: 2 * npairs], lens[: 2 * npairs])
-    parts = (used & 0x7F).astype(np.uint64) << (shift.astype(np.uint64) * _U(7))
-    tokens = np.add.reduceat(parts, starts[: 2 * npairs])
-    keys, vals = tokens[0::2], tokens[1::2]
-    ok = (keys == tag) | (keys == 8) | (keys == 16)
-    q = npairs if ok.all() else int(np.argmin(ok))
-    done = last or q < npairs
-    keys, vals = keys[:q], vals[:q]
-    is26 = keys == tag
-    el = np.flatnonzero(is26)
-    if el.shape[0] == 0 or el[0] != 0:
-        raise _Fallback
-    if done:
-        run_end = int(starts[2 * q]) if 2 * q < starts.shape[0] else int(end_idx[2 * q - 1]) + 1
-    else:
-        # The window may cut the last entry: stop before it; the next window starts there.
-        run_end = int(starts[2 * el[-1]])
-        q = int(el[-1])
-        keys, vals, is26, el = keys[:q], vals[:q], is26[:q], el[:-1]
-        if el.shape[0] == 0:
-            return 0, np.empty(0, np.int64), np.empty(0, np.int64), pos, False
-    inner_start = end_idx[2 * el + 1] + 1
-    next_start = np.empty_like(inner_start)
-    next_start[:-1] = starts[2 * el[1:]]
-    next_start[-1] = run_end
-    if not (next_start - inner_start == vals[el].astype(np.int64)).all():
-        raise _Fallback
-    k = el.shape[0]
-    eid = np.cumsum(is26) - 1
-    sec = np.zeros(k, dtype=np.uint64)
-    nanos = np.zeros(k, dtype=np.uint64)
-    for key, out in ((8, sec), (16, nanos)):
-        sel = keys == key
-        owners = eid[sel]
-        if owners.shape[0] and np.bincount(owners, minlength=k).max() > 1:
-            raise _Fallback
-        out[owners] = vals[sel]
-    return k, sec.view(np.int64), _nanos(nanos, nanos_int64), pos + run_end, done
-
-
-def _nanos(raw: U64, int64: bool) -> I64:
-    """The nanos field from its varints: all 64 bits for an int64 field; for an int32 field the
-    low 32 bits, as every parser keeps of a wider varint."""
-    if int64:
-        return raw.view(np.int64)
-    out: I64 = (raw & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
-    return out
-
-
-def _decode_fixed_14(region: Any, n: int, tag: int = 0x1A, nanos_int64: bool = False) -> tuple[Any, I64, I64]:
-    """Verify and decode ``n`` 14-byte entries with field key ``tag``: (row ok mask, seconds, nanos)."""
-    lo = np.ndarray((n,), dtype="<u8", buffer=region, offset=0, strides=(14,)).astype(np.uint64)
-    hi = np.ndarray((n,), dtype="<u8", buffer=region, offset=6, strides=(14,)).astype(np.uint64)
-    ok = ((lo & _LO_MASK) == _lo_want(tag)) & ((hi & _HI_MASK) == _HI_WANT)
-    sec = _unspread5(lo >> _U(24)).view(np.int64)
-    return ok, sec, _nanos(_unspread5(hi >> _U(24)), nanos_int64)
-
-
-def _lo_want(tag: int) -> np.uint64:
-    """The masked low word of a fixed-width entry whose field key is ``tag``."""
-    return _U((int(_LO_WANT) & ~0xFF) | tag)
-
-
-def _decode_fixed_19(
-    region: Any, n: int, offset: int = 0, stride: int = 19, tag: int = 0x1A, nanos_int64: bool = False
-) -> tuple[Any, I64, I64]:
-    """Verify and decode ``n`` 19-byte entries (10-byte two's complement seconds), the k-th at
-    ``offset + k * stride`` with field key ``tag``."""
-    rows = np.ndarray((n, 19), dtype=np.uint8, buffer=region, offset=offset, strides=(stride, 1))
-    ok = (rows[:, 3:12].min(axis=1) >= 0x80) & (rows[:, 14:18].min(axis=1) >= 0x80)
-    ok &= (rows[:, 0] == tag) & (rows[:, 1] == 17) & (rows[:, 2] == 0x08)
-    ok &= (rows[:, 12] <= 1) & (rows[:, 13] == 0x10) & (rows[:, 18] < 0x80)
-    sec = np.zeros(n, dtype=np.uint64)
-    for k in range(10):
-        sec |= (rows[:, 3 + k] & 0x7F).astype(np.uint64) << _U(7 * k)
-    nanos = np.zeros(n, dtype=np.uint64)
-    for k in range(5):
-        nanos |= (rows[:, 14 + k] & 0x7F).astype(np.uint64) << _U(7 * k)
-    return ok, sec.view(np.int64), _nanos(nanos, nanos_int64)
-
-
-def _out_of_range(sec: I64, nanos: I64) -> int | None:
-    """Index of the first timestamp outside int64 nanoseconds, or None."""
-    if sec.shape[0] == 0 or (int(sec.max()) <= _SAFE_SECONDS and int(sec.min()) >= -_SAFE_SECONDS):
-        return None
-    for j in np.flatnonzero((sec > _SAFE_SECONDS) | (sec < -_SAFE_SECONDS)).tolist():
-        if not _INT64_MIN <= int(sec[j]) * _NS + int(nanos[j]) <= _INT64_MAX:
-            return int(j)
-    return None
-
-
 def _bad_nanos(nanos: I64) -> int | None:
     """Index of the first nanos outside [0, 1e9), or None."""
     if nanos.shape[0] == 0:
         return None
-    bad = (nanos < 0) | (nanos >= _NS)
+    bad = (nanos < 0) | (nanos >= NS)
     return int(np.argmax(bad)) if bad.any() else None
 
 
@@ -350,13 +109,14 @@ def _combine(sec: I64, nanos: I64, index: int, channel: str, check_nanos: bool =
         j = _bad_nanos(nanos)
         if j is not None:
             raise MalformedBatchError(index, channel, _nanos_reason(int(nanos[j])))
-    bad = _out_of_range(sec, nanos)
+    bad = first_out_of_range(sec, nanos)
     if bad is not None:
         raise MalformedBatchError(
-            index, channel, f"timestamps[{bad}] ({int(sec[bad])} s, {int(nanos[bad])} ns) is outside the int64 "
-            "nanosecond range"
+            index,
+            channel,
+            f"timestamps[{bad}] ({int(sec[bad])} s, {int(nanos[bad])} ns) is outside the int64 nanosecond range",
         )
-    out: I64 = sec * _NS + nanos
+    out: I64 = sec * NS + nanos
     return out
 
 
@@ -365,14 +125,14 @@ def _packed_field(buf: bytes, start: int, stop: int, where: str, number: int = 1
     spans: list[tuple[int, int]] = []
     pos = start
     while pos < stop:
-        field, wt, pos = _tag(buf, pos, stop, where)
+        field, wt, pos = read_tag(buf, pos, stop, where)
         if field == number:
             if wt != 2:
-                raise _Fallback
-            s, pos = _length(buf, pos, stop, where)
+                raise UpbFallback
+            s, pos = read_length(buf, pos, stop, where)
             spans.append((s, pos))
         else:
-            pos = _skip(buf, pos, stop, field, wt, where)
+            pos = skip_field(buf, pos, stop, field, wt, where)
     return spans
 
 
@@ -391,11 +151,11 @@ def _double_rows(buf: bytes, start: int, stop: int, where: str) -> list[Any]:
     rows: list[Any] = []
     pos = start
     while pos < stop:
-        field, wt, pos = _tag(buf, pos, stop, where)
+        field, wt, pos = read_tag(buf, pos, stop, where)
         if field != 1 or wt != 2:
-            pos = _skip(buf, pos, stop, field, wt, where)
+            pos = skip_field(buf, pos, stop, field, wt, where)
             continue
-        s, pos = _length(buf, pos, stop, where)
+        s, pos = read_length(buf, pos, stop, where)
         # DoubleArrayPoint { packed double value = 2 }
         rows.append(_doubles(buf, _packed_field(buf, s, pos, where, 2), where))
     return rows
@@ -411,13 +171,13 @@ def _uniform_double_rows(buf: bytes, start: int, stop: int, where: str) -> list[
         return []
     if buf[start] != 0x0A:
         return None
-    point_len, p = _varint(buf, start + 1, stop, where)
+    point_len, p = read_varint(buf, start + 1, stop, where)
     if point_len == 0:
         hdr, size = p - start, 0
     else:
         if p >= stop or buf[p] != 0x12:
             return None
-        size, q = _varint(buf, p + 1, stop, where)
+        size, q = read_varint(buf, p + 1, stop, where)
         hdr = q - start
         if q + size != p + point_len or size % 8:
             return None
@@ -434,61 +194,19 @@ def _uniform_double_rows(buf: bytes, start: int, stop: int, where: str) -> list[
     return list(np.ascontiguousarray(rows[:, hdr:]).view("<f8").astype(np.float64, copy=False))
 
 
-# Fields of the oneof members of ColumnValues (and, as before, what is looked for in ArrayPoints).
-_MEMBER_FIELDS = range(1, 7)
-
-
-def _single_member(
-    buf: bytes, spans: list[tuple[int, int]], where: str, fields: Container[int] = _MEMBER_FIELDS
-) -> tuple[int, int, int] | None:
-    """The one oneof member (of ``fields``) set in a message: (field, start, stop); None when none is.
-
-    Repeated occurrences merge under protobuf rules; rather than re-implement merging, they make
-    the batch fall back to upb.
-    """
-    found: tuple[int, int, int] | None = None
-    for start, stop in spans:
-        pos = start
-        while pos < stop:
-            field, wt, pos = _tag(buf, pos, stop, where)
-            if wt == 2 and field in fields:
-                s, pos = _length(buf, pos, stop, where)
-                if found is not None:
-                    raise _Fallback
-                found = (field, s, pos)
-            else:
-                pos = _skip(buf, pos, stop, field, wt, where)
-    return found
-
-
-def _map_entry(buf: bytes, start: int, stop: int, where: str) -> tuple[str, str] | None:
-    """A tags entry's (key, value); None for an entry holding unknown fields.
-
-    upb keeps such an entry as an unknown field of the batch rather than as a tag; doing the
-    same keeps every decoder of ours agreeing with the generated classes.
-    """
-    key = value = ""
-    unknown = False
-    pos = start
-    while pos < stop:
-        field, wt, pos = _tag(buf, pos, stop, where)
-        if wt == 2 and field in (1, 2):
-            s, pos = _length(buf, pos, stop, where)
-            if field == 1:
-                key = _text(buf, s, pos, where)
-            else:
-                value = _text(buf, s, pos, where)
-        else:
-            pos = _skip(buf, pos, stop, field, wt, where)
-            unknown = True
-    return None if unknown else (key, value)
-
-
 class _Batch:
     """One ColumnBatch while a request is decoded: what the walk found, then its columns."""
 
     __slots__ = (
-        "canonical", "channel", "index", "refused", "runs", "span", "tags", "timestamps", "value_type", "values"
+        "channel",
+        "index",
+        "refused",
+        "runs",
+        "span",
+        "tags",
+        "timestamps",
+        "value_type",
+        "values",
     )
 
     def __init__(self, index: int, span: tuple[int, int]) -> None:
@@ -498,8 +216,6 @@ class _Batch:
         self.tags: dict[str, str] = {}
         # Fixed-width timestamp runs: (start, entries, width).
         self.runs: list[tuple[int, int, int]] = []
-        # (seconds, nanos) of runs in another encoding (width 0 in runs), already decoded.
-        self.canonical: list[tuple[I64, I64]] = []
         self.timestamps: Any = None
         self.value_type: ValueType | None = None
         self.values: Any = None
@@ -512,17 +228,6 @@ class _Batch:
 _TAG_CACHE: dict[bytes, Any] = {}
 _TAG_CACHE_SIZE = 100_000
 _MISSING = object()
-
-
-def _len2(buf: bytes, pos: int, end: int, where: str) -> tuple[int, int]:
-    """A varint known to have two bytes available at ``pos``: one- and two-byte forms inline."""
-    b0 = buf[pos]
-    if b0 < 0x80:
-        return b0, pos + 1
-    b1 = buf[pos + 1]
-    if b1 < 0x80:
-        return (b0 & 0x7F) | (b1 << 7), pos + 2
-    return _varint(buf, pos, end, where)
 
 
 # What a field of a batch (or of its points message) holds. Value members are numbered, here and
@@ -538,7 +243,7 @@ class ColumnReader:
         layout: where the form puts each part.
         parse_batch: parses one batch message's bytes with upb (raising ``DecodeError`` for
             broken bytes), so that broken bytes are reported before a malformed batch.
-        slow_batch: ``(buf, start, stop, index)`` decodes the batch at ``buf[start:stop]`` with
+        upb_batch: ``(buf, start, stop, index)`` decodes the batch at ``buf[start:stop]`` with
             upb and the reference converter, for encodings the vector paths do not read.
     """
 
@@ -546,11 +251,11 @@ class ColumnReader:
         self,
         layout: ColumnLayout,
         parse_batch: Callable[[bytes], object],
-        slow_batch: Callable[[bytes, int, int, int], SeriesBatch],
+        upb_batch: Callable[[bytes, int, int, int], SeriesBatch],
     ) -> None:
         self.layout = layout
         self.parse_batch = parse_batch
-        self.slow_batch = slow_batch
+        self.upb_batch = upb_batch
         self.tag = layout.timestamp_tag
         self.nanos_int64 = layout.nanos_int64
         self.nanos_checked = layout.nanos_checked
@@ -591,7 +296,7 @@ def _walk_batch(buf: bytes, b: _Batch, r: ColumnReader) -> tuple[int, list[tuple
     """Read a batch's key, find its timestamp runs and its value member: (kind, spans) or None.
 
     Raises:
-        _Fallback: the batch uses an encoding only upb handles.
+        UpbFallback: the batch uses an encoding only upb handles.
         MalformedBatchError: a member the form refuses (after the whole batch was read).
     """
     start, stop = b.span
@@ -603,13 +308,13 @@ def _walk_batch(buf: bytes, b: _Batch, r: ColumnReader) -> tuple[int, list[tuple
         raise MalformedBatchError(b.index, b.channel, b.refused)
     runs = b.runs
     if len(runs) > 1 and any(w != runs[0][2] for _, _, w in runs):
-        raise _Fallback  # runs of both widths in one batch: rare enough to leave to upb
+        raise UpbFallback  # runs of both widths in one batch: rare enough to leave to upb
     member = None
     if r.values_key is None:
         # Members beside the timestamps: repeated occurrences merge under protobuf rules, which
         # upb applies.
         if len(members) > 1:
-            raise _Fallback
+            raise UpbFallback
         if not members:
             return None
         member = members[0]
@@ -617,11 +322,11 @@ def _walk_batch(buf: bytes, b: _Batch, r: ColumnReader) -> tuple[int, list[tuple
         # The usual shape: ColumnValues holding exactly one member, spanning all of it.
         s, e = value_spans[0]
         if s + 2 < e and buf[s] in r.value_key_kinds:
-            n, p = _len2(buf, s + 1, e, where)
+            n, p = read_small_varint(buf, s + 1, e, where)
             if p + n == e:
                 member = (r.value_key_kinds[buf[s]], p, e)
     if member is None:
-        found = _single_member(buf, value_spans, f"{where}.values", r.value_kinds)
+        found = single_member(buf, value_spans, f"{where}.values", r.value_kinds)
         if found is None:
             return None
         member = (r.value_kinds[found[0]], found[1], found[2])
@@ -629,7 +334,7 @@ def _walk_batch(buf: bytes, b: _Batch, r: ColumnReader) -> tuple[int, list[tuple
     if field in (1, 3, 4):
         # Likewise a points message that is exactly one packed field 1.
         if s + 2 < e and buf[s] == 0x0A:
-            n, p = _len2(buf, s + 1, e, where)
+            n, p = read_small_varint(buf, s + 1, e, where)
             if p + n == e:
                 return field, [(p, e)]
         return field, _packed_field(buf, s, e, f"{where}.values")
@@ -659,23 +364,21 @@ def _walk_fields(
         if role is not None:
             pos += 1
         else:
-            field, wt, pos = _tag(buf, pos, stop, where)
+            field, wt, pos = read_tag(buf, pos, stop, where)
             key = field << 3 | wt
             role = roles.get(key) if wt == 2 else None
             if role is None:
-                pos = _skip(buf, pos, stop, field, wt, where)
+                pos = skip_field(buf, pos, stop, field, wt, where)
                 continue
         if role == _TIMESTAMPS:
             k, width = _fixed_run(buf, field_pos, stop, r.tag)
             if k:
                 b.runs.append((field_pos, k, width))
                 pos = field_pos + k * width
-            elif stop - field_pos < _WINDOW // 4:
-                raise _Fallback  # a short run: upb costs less than setting up the vector path
             else:
-                k, sec, nanos, pos = _canonical_run(buf, field_pos, stop, r.tag, r.nanos_int64)
-                b.runs.append((field_pos, k, 0))
-                b.canonical.append((sec, nanos))
+                # Another varint form (canonical, as other clients write it): no client of ours
+                # sends it, and upb reads it.
+                raise UpbFallback
             continue
         if pos < stop and buf[pos] < 0x80:
             s = pos + 1
@@ -683,7 +386,7 @@ def _walk_fields(
             if pos > stop:
                 raise DecodeError(f"{where}: field of {pos - s} bytes runs past the end of its message")
         else:
-            s, pos = _length(buf, pos, stop, where)
+            s, pos = read_length(buf, pos, stop, where)
         if role == _CHANNEL:
             try:
                 b.channel = buf[s:pos].decode("utf-8")
@@ -692,7 +395,7 @@ def _walk_fields(
         elif role == _TAGS:
             entry = _TAG_CACHE.get(buf[s:pos], _MISSING)
             if entry is _MISSING:
-                entry = _map_entry(buf, s, pos, f"{where}.tags")
+                entry = map_entry(buf, s, pos, f"{where}.tags")
                 if len(_TAG_CACHE) >= _TAG_CACHE_SIZE:
                     _TAG_CACHE.clear()
                 _TAG_CACHE[buf[s:pos]] = entry
@@ -704,7 +407,7 @@ def _walk_fields(
             # Occurrences of the points message merge: their fields are read in order.
             _walk_fields(buf, b, s, pos, r.points_roles, r, f"{where}.points", value_spans, members)
         elif role == _TEXT:
-            _text(buf, s, pos, where)
+            read_text(buf, s, pos, where)
         elif role == _REFUSED:
             b.refused = r.refused_reasons[key]
         else:
@@ -718,7 +421,7 @@ def _batch_values(buf: bytes, b: _Batch, field: int, s: int, e: int) -> None:
         b.value_type = ValueType.STRING if field == 2 else ValueType.STRUCT
         b.values = list(common.StringPoints.FromString(buf[s:e]).points)
         return
-    kind = _single_member(buf, [(s, e)], where)
+    kind = single_member(buf, [(s, e)], where)
     if kind is None or kind[0] > 2:
         raise MalformedBatchError(b.index, b.channel, "array value type not set")
     if kind[0] == 1:
@@ -746,7 +449,7 @@ def _all_timestamps(
 ) -> list[_Batch]:
     """Decode every batch's fixed-width timestamp runs together; return batches needing upb."""
     slow: list[_Batch] = []
-    for width, decoder in ((14, _decode_fixed_14), (19, _decode_fixed_19)):
+    for width, decoder in ((14, decode_fixed_14), (19, decode_fixed_19)):
         owners = [(b, s, k) for b in fast for s, k, w in b.runs if w == width]
         if not owners:
             continue
@@ -760,9 +463,9 @@ def _all_timestamps(
         if not ok.all():
             bad = set(np.repeat(np.arange(len(owners)), counts)[~ok].tolist())
             slow += [owners[i][0] for i in sorted(bad)]
-        ns = sec * _NS + nanos
+        ns = sec * NS + nanos
         # Overflow is checked per batch only when the whole column comes near the int64 limits.
-        check = _out_of_range(sec, nanos) is not None
+        check = first_out_of_range(sec, nanos) is not None
         check_nanos = r.nanos_checked and _bad_nanos(nanos) is not None
         for (b, _, _), piece, sp, npc in zip(
             owners, _split(ns, counts), _split(sec, counts), _split(nanos, counts), strict=True
@@ -770,23 +473,16 @@ def _all_timestamps(
             j = _bad_nanos(npc) if check_nanos else None
             if j is not None and b.index not in malformed:
                 malformed[b.index] = MalformedBatchError(b.index, b.channel, _nanos_reason(int(npc[j])))
-            j = _out_of_range(sp, npc) if check else None
+            j = first_out_of_range(sp, npc) if check else None
             if j is not None and b.index not in malformed:
                 malformed[b.index] = MalformedBatchError(
-                    b.index, b.channel,
+                    b.index,
+                    b.channel,
                     f"a timestamp ({int(sp[j])} s, {int(npc[j])} ns) is outside the int64 nanosecond range",
                 )
             b.timestamps = piece if b.timestamps is None else np.concatenate([b.timestamps, piece])
     for b in fast:
-        if b.canonical:
-            sec = b.canonical[0][0] if len(b.canonical) == 1 else np.concatenate([c[0] for c in b.canonical])
-            nanos = b.canonical[0][1] if len(b.canonical) == 1 else np.concatenate([c[1] for c in b.canonical])
-            try:
-                b.timestamps = _combine(sec, nanos, b.index, b.channel, r.nanos_checked)
-            except MalformedBatchError as exc:
-                malformed.setdefault(b.index, exc)
-                b.timestamps = np.empty(0, dtype=np.int64)
-        elif b.timestamps is None:
+        if b.timestamps is None:
             b.timestamps = np.empty(0, dtype=np.int64)
     return slow
 
@@ -840,7 +536,7 @@ def _all_numbers(buf: bytes, todo: list[tuple[_Batch, int, list[tuple[int, int]]
                 b.value_type, b.values = ValueType.UINT64, piece
 
 
-def _slow_batch(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
+def _upb_batch(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
     """Decode one ColumnBatch with upb and the reference converter."""
     req = cw.WriteColumnBatchesRequest()
     req.batches.add().MergeFromString(buf[start:stop])
@@ -856,7 +552,7 @@ def _slow_batch(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
 
 # The gRPC form. Its fallback is looked up when called (tests replace it).
 _COLUMN_READER = ColumnReader(
-    COLUMN_BATCHES, cw.ColumnBatch.FromString, lambda buf, start, stop, index: _slow_batch(buf, start, stop, index)
+    COLUMN_BATCHES, cw.ColumnBatch.FromString, lambda buf, start, stop, index: _upb_batch(buf, start, stop, index)
 )
 
 
@@ -896,7 +592,7 @@ def _prefix_key(buf: bytes, s: int, p: int) -> SeriesKey | None:
         if buf[pos] != 0x12 or pos + 1 >= p or buf[pos + 1] >= 0x80 or pos + 2 + buf[pos + 1] > p:
             return None
         try:
-            entry = _map_entry(buf, pos + 2, pos + 2 + buf[pos + 1], "tags")
+            entry = map_entry(buf, pos + 2, pos + 2 + buf[pos + 1], "tags")
         except DecodeError:
             return None
         if entry is not None:
@@ -905,45 +601,7 @@ def _prefix_key(buf: bytes, s: int, p: int) -> SeriesKey | None:
     return SeriesKey(channel, tuple(sorted(tags.items())) if tags else ())
 
 
-# Rows per block of the bulk timestamp decode: temporaries of 64 KiB stay in malloc's heap (the
-# default mmap threshold is 128 KiB), so blocks reuse memory instead of faulting in fresh pages.
-_TS_BLOCK = 8192
-
-
-def _fixed_14_ns(
-    region: Any, n: int, offset: int = 0, stride: int = 14, tag: int = 0x1A, nanos_checked: bool = False
-) -> I64 | None:
-    """Nanoseconds of ``n`` 14-byte entries (the k-th at ``offset + k * stride``, field key
-    ``tag``), block by block; None if any entry is not in the fixed form or not plainly inside
-    int64 nanoseconds, or (``nanos_checked``) has nanos of 1e9 or more (the general path then
-    decides)."""
-    out = np.empty(n, dtype=np.int64)
-    lo_all = np.ndarray((n,), dtype="<u8", buffer=region, offset=offset, strides=(stride,))
-    hi_all = np.ndarray((n,), dtype="<u8", buffer=region, offset=offset + 6, strides=(stride,))
-    lo_want = _lo_want(tag)
-    for start in range(0, n, _TS_BLOCK):
-        stop = min(start + _TS_BLOCK, n)
-        lo = lo_all[start:stop].astype(np.uint64)
-        hi = hi_all[start:stop].astype(np.uint64)
-        if not (((lo & _LO_MASK) == lo_want) & ((hi & _HI_MASK) == _HI_WANT)).all():
-            return None
-        sec = _unspread5(lo >> _U(24))
-        # Seconds are 5-byte varints (< 2**35): only the upper bound can be crossed.
-        if int(sec.max()) > _SAFE_SECONDS:
-            return None
-        raw = _unspread5(hi >> _U(24))
-        # Below 1e9 (checked or not), an int64 field's value is its int32 view too.
-        if nanos_checked and int(raw.max()) >= _NS:
-            return None
-        nanos = (raw & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32)
-        np.multiply(sec.view(np.int64), _NS, out=out[start:stop])
-        out[start:stop] += nanos
-    return out
-
-
-def _fast_batches(
-    buf: bytes, spans: list[tuple[int, int]], r: ColumnReader | None = None
-) -> list[SeriesBatch] | None:
+def _fixed_layout_batches(buf: bytes, spans: list[tuple[int, int]], r: ColumnReader) -> list[SeriesBatch] | None:
     """Decode a request whose every batch is ``channel, tags..., fixed-width timestamps, one
     numeric member with one packed field`` (timestamps and member inside one points message
     where the form has one), with one lean pass per batch and columns in bulk.
@@ -956,8 +614,6 @@ def _fast_batches(
     runs: list[tuple[int, int]] = []  # (start, entries)
     members: list[int] = []
     data: list[tuple[int, int]] = []
-    if r is None:
-        r = _COLUMN_READER
     cache = _KEY_CACHE
     find = buf.find
     run_head = r.run_head
@@ -1012,7 +668,7 @@ def _fast_batches(
         if values_key is not None:
             if q + 6 > e or buf[q] != values_key:
                 return None
-            ln, q = _len2(buf, q + 1, e, "values")
+            ln, q = read_small_varint(buf, q + 1, e, "values")
             if q + ln != e:
                 return None
         if q + 4 > e:
@@ -1020,11 +676,11 @@ def _fast_batches(
         field = r.numeric_keys.get(buf[q])
         if field is None:
             return None
-        ln, q = _len2(buf, q + 1, e, "values")
-        # Three bytes at least: the packed field's key and a length _len2 may read two bytes of.
+        ln, q = read_small_varint(buf, q + 1, e, "values")
+        # Three bytes at least: the packed field's key and a length read_small_varint may read two bytes of.
         if q + ln != e or q + 3 > e or buf[q] != 0x0A:
             return None
-        ln, q = _len2(buf, q + 1, e, "values")
+        ln, q = read_small_varint(buf, q + 1, e, "values")
         if q + ln != e:
             return None
         keys.append(key)  # type: ignore[arg-type]
@@ -1033,10 +689,12 @@ def _fast_batches(
         data.append((q, e))
     counts = [k for _, k in runs]
     total = sum(counts)
-    region: Any = memoryview(buf)[runs[0][0] : runs[0][0] + total * 14] if n == 1 else b"".join(
-        [buf[p : p + k * 14] for p, k in runs]
+    region: Any = (
+        memoryview(buf)[runs[0][0] : runs[0][0] + total * 14]
+        if n == 1
+        else b"".join([buf[p : p + k * 14] for p, k in runs])
     )
-    ns = _fixed_14_ns(region, total, tag=tag, nanos_checked=r.nanos_checked)
+    ns = fixed_14_ns(region, total, tag=tag, nanos_checked=r.nanos_checked)
     if ns is None:
         return None
     stamps = _split(ns, counts)
@@ -1069,9 +727,7 @@ def _fast_batches(
         for i, piece in zip(idx, pieces, strict=True):
             values[i] = piece
     types = {1: ValueType.DOUBLE, 3: ValueType.INT64, 4: ValueType.UINT64}
-    return [
-        SeriesBatch(key, types[f], ts, v) for key, f, ts, v in zip(keys, members, stamps, values, strict=True)
-    ]
+    return [SeriesBatch(key, types[f], ts, v) for key, f, ts, v in zip(keys, members, stamps, values, strict=True)]
 
 
 def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
@@ -1095,42 +751,6 @@ def decode_request(data: bytes | bytearray | memoryview) -> DecodedRequest:
     return decode_columns(data, _COLUMN_READER)
 
 
-def request_fields(
-    buf: bytes, batch_key: int, batches_field: int, text_fields: Mapping[int, str]
-) -> tuple[list[tuple[int, int]], dict[int, str]]:
-    """The top level of a write request: the (start, stop) of every repeated batch message
-    (``batches_field``, whose one-byte key is ``batch_key``), and the text of each of
-    ``text_fields`` (field number -> name for errors; the last occurrence wins, as in protobuf).
-    Other fields are skipped.
-
-    Raises:
-        DecodeError: bytes that are not a valid message at this level.
-    """
-    end = len(buf)
-    spans: list[tuple[int, int]] = []
-    texts: dict[int, str] = {}
-    pos = 0
-    while pos < end:
-        if buf[pos] == batch_key and pos + 3 < end:
-            # A batch (the usual field), its length inline.
-            n, s = _len2(buf, pos + 1, end, "request")
-            pos = s + n
-            if pos > end:
-                raise DecodeError(f"request: field of {n} bytes runs past the end of its message")
-            spans.append((s, pos))
-            continue
-        field, wt, pos = _tag(buf, pos, end, "request")
-        if wt != 2 or (field != batches_field and field not in text_fields):
-            pos = _skip(buf, pos, end, field, wt, "request")
-            continue
-        s, pos = _length(buf, pos, end, "request")
-        if field == batches_field:
-            spans.append((s, pos))
-        else:
-            texts[field] = _text(buf, s, pos, text_fields[field])
-    return spans, texts
-
-
 def decode_columns(data: bytes | bytearray | memoryview, reader: ColumnReader) -> DecodedRequest:
     """Parse the request form ``reader`` reads into columns, as :func:`decode_request` does
     (same results, same errors; a form without a source name gives None)."""
@@ -1143,8 +763,7 @@ def decode_columns(data: bytes | bytearray | memoryview, reader: ColumnReader) -
     source = texts.get(layout.source_field) if layout.source_field else None
 
     if spans:
-        # (The gRPC form keeps the call its tests observe.)
-        quick = _fast_batches(buf, spans) if reader is _COLUMN_READER else _fast_batches(buf, spans, reader)
+        quick = _fixed_layout_batches(buf, spans, reader)
         if quick is not None:
             return DecodedRequest(rid, source, quick)
     batches = [_Batch(i, span) for i, span in enumerate(spans)]
@@ -1163,7 +782,7 @@ def decode_columns(data: bytes | bytearray | memoryview, reader: ColumnReader) -
                 numbers.append((b, member[0], member[1]))
             else:
                 _batch_values(buf, b, member[0], *member[1][0])
-        except _Fallback:
+        except UpbFallback:
             slow.append(b)
             continue
         except MalformedBatchError as exc:
@@ -1189,7 +808,7 @@ def decode_columns(data: bytes | bytearray | memoryview, reader: ColumnReader) -
     for b in sorted(slow, key=lambda x: x.index):
         malformed.pop(b.index, None)
         try:
-            out[b.index] = reader.slow_batch(buf, b.span[0], b.span[1], b.index)
+            out[b.index] = reader.upb_batch(buf, b.span[0], b.span[1], b.index)
         except MalformedBatchError as exc:
             malformed[b.index] = exc
     if malformed:

@@ -46,9 +46,6 @@ __all__ = [
     "ColumnLayout",
     "encode_columns",
     "encode_request",
-    "encoded_size",
-    "estimate_batch_bytes",
-    "request_overhead_bytes",
 ]
 
 #: Wire bytes of one timestamp at or after 1970-01-01 (seconds in [0, 2**35)).
@@ -239,8 +236,8 @@ def _string_entries(strs: list[Any], tag: int = 0x0A) -> tuple[U8, I64]:
     string holds a NUL, the NUL pairs are exactly the separators, their positions give every
     string's UTF-8 length, and, for strings shorter than 128 bytes, each pair is overwritten in
     place by the two-byte header (tag, length): no per-string Python work beyond the join.
-    Longer strings go through upb's serialiser (faster there: 360 vs 165 MB/s measured), with
-    sizes from the lengths.
+    Longer strings go through upb's serialiser, which is faster for them, with sizes from the
+    lengths.
     """
     n = len(strs)
     blens: I64 | None = None
@@ -595,8 +592,8 @@ def _checked_string_rows(i: int, batch: SeriesBatch, n: int) -> Any:
 def _string_array_points(i: int, batch: SeriesBatch, n: int) -> U8:
     """StringArrayPoints body, built by upb.
 
-    upb's C ``extend`` and serialiser beat a numpy layout here (measured: 0.64 vs 0.41 M rows/s
-    at 32 strings per row, 2.8 vs 0.8 at 2), and its deterministic bytes are the same.
+    upb's C ``extend`` and serialiser beat a numpy layout here, and its deterministic bytes are
+    the same.
     """
     rows = _checked_string_rows(i, batch, n)
     sap = common.StringArrayPoints()
@@ -807,99 +804,3 @@ def _slice_into(payloads: list[Any], plens: list[int], idx: list[int], enc: U8, 
         payloads[i] = mv[off : off + size]
         plens[i] = size
         off += size
-
-
-# ---------------------------------------------------------------------------------------------
-# Sizes, for packers that budget requests
-# ---------------------------------------------------------------------------------------------
-
-
-def request_overhead_bytes(
-    dataset_rid: str, source_name: str | None = None, *, layout: ColumnLayout = COLUMN_BATCHES
-) -> int:
-    """Bytes of a request that are not in any batch: the rid and source name fields.
-
-    ``len(encode_request(rid, bs, name)) == request_overhead_bytes(rid, name) +
-    sum(encoded_size(b) for b in bs)``, and likewise for :func:`encode_columns` of any layout.
-    """
-    size = len(_string_field(layout.rid_key, dataset_rid)) if dataset_rid else 0
-    if source_name is not None:
-        if layout.source_key is None:
-            raise ValueError(f"{layout.name} has no source name field")
-        size += len(_string_field(layout.source_key, source_name))
-    return size
-
-
-def encoded_size(batch: SeriesBatch, *, layout: ColumnLayout = COLUMN_BATCHES) -> int:
-    """Exact bytes ``batch`` adds to a request of the ``layout`` form (its batch message with tag
-    and length: a ``ColumnBatch`` by default).
-
-    Cost: constant for doubles (plus one ``min`` over the timestamps); one vector pass over the
-    values for int64/uint64; a join and encode of the text for strings, structs and string arrays
-    (use :func:`estimate_batch_bytes` where that is too much).
-    """
-    n = len(batch.timestamps)
-    ts = np.asarray(batch.timestamps)
-    ts_len = n * timestamp_width(ts)
-    vt = ValueType(batch.value_type)
-    if vt is ValueType.DOUBLE:
-        payload = 8 * n
-    elif vt in _INTEGER:
-        vals = _checked_numeric(0, batch, n)
-        payload = int(varint_lengths(vals).sum())
-    elif vt in _STRINGISH:
-        raw, blens = _utf8(list(batch.values))
-        payload = len(raw) + int(varint_lengths(blens.view(np.uint64)).sum()) + n
-    else:
-        encoder = _double_array_points if vt is ValueType.DOUBLE_ARRAY else _string_array_points
-        payload = encoder(0, batch, n).shape[0]
-    columns = ts_len + len(_values_body(vt, payload, n, layout)) + payload
-    if layout.points_key is not None:
-        columns += 1 + len(varint_bytes(columns))
-    body = len(_key_bytes(batch)) + columns
-    return 1 + len(varint_bytes(body)) + body
-
-
-def estimate_batch_bytes(
-    value_type: ValueType,
-    n_points: int,
-    *,
-    payload_bytes: int | None = None,
-    n_elements: int = 0,
-    key_bytes: int = 64,
-    negative_timestamps: bool = False,
-) -> int:
-    """A cheap upper bound of :func:`encoded_size`, from counts only.
-
-    Args:
-        value_type: the series' value type.
-        n_points: number of timestamps (rows, for arrays).
-        payload_bytes: UTF-8 bytes of all strings (string, struct, string array), or
-            ``8 * total elements`` for double arrays. Required for those types; a count of
-            characters instead of bytes makes the result an estimate rather than a bound.
-        n_elements: number of strings in all rows, for string arrays.
-        key_bytes: bytes of the channel and tags as encoded (about their UTF-8 length + 4 per
-            tag); the default suits short names.
-        negative_timestamps: whether the series has any timestamp before 1970.
-
-    Raises:
-        ValueError: ``payload_bytes`` missing for a type that needs it.
-    """
-    vt = ValueType(value_type)
-    per_ts = TIMESTAMP_BYTES_NEGATIVE if negative_timestamps else TIMESTAMP_BYTES
-    if vt is ValueType.DOUBLE:
-        per_value = 8
-        payload = 0
-    elif vt in _INTEGER:
-        per_value = 10
-        payload = 0
-    else:
-        if payload_bytes is None:
-            raise ValueError(f"estimate_batch_bytes: payload_bytes is required for {vt.value}")
-        # Headers are a tag plus at most 5 length bytes: one per string; per double-array row
-        # the point's and its packed field's; per string-array row the point's, plus one per
-        # string inside.
-        payload = payload_bytes + (6 * n_elements if vt is ValueType.STRING_ARRAY else 0)
-        per_value = 12 if vt is ValueType.DOUBLE_ARRAY else 6
-    # Framing: batch tag/len, values/points/packed headers: at most 6 tags + 5-byte lengths.
-    return 36 + key_bytes + n_points * (per_ts + per_value) + payload

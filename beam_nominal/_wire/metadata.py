@@ -73,7 +73,7 @@ def idempotency_key(body: bytes | memoryview) -> str:
 
     A retried request, or a retried Beam bundle that re-cuts the same requests, gets the same key,
     so a server that records keys stores it once. BLAKE3 rather than SHA-256: as collision-resistant
-    and 4x faster here (7.4 against 1.8 GB/s, with SHA extensions), which is a fifth of the client's
-    CPU on float-array requests (docs/benchmarks.md, "session 24").
+    and several times faster, and hashing is a large share of the client's CPU on float-array
+    requests.
     """
     return blake3.blake3(body).hexdigest()

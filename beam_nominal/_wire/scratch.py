@@ -1,8 +1,7 @@
 """Byte buffers a thread reuses from one request to the next (the Avro and row encoders').
 
 Request-sized arrays that are fresh each time cost more in first-touch page faults than the
-encoding itself (measured ~2 us per 4 KiB page on this kind of VM: ~5 ms per 8 MiB request), so
-encoders take their largest temporaries from their thread's scratch buffers instead. Each buffer
+encoding itself, so encoders take their largest temporaries from their thread's scratch buffers instead. Each buffer
 only grows, up to ``_KEEP_MAX``: one larger is made fresh and not kept, so one huge request does
 not pin its memory in the thread. A buffer is valid until the thread's next use of its name, and
 no longer than the thread itself (see below): use it on the thread that got it, before it ends.
@@ -10,8 +9,7 @@ no longer than the thread itself (see below): use it on the thread that got it, 
 A thread's buffers outlive it: when it ends they go to a small process-wide pool, and the next
 thread to ask for scratch takes them from there. A stream's upload threads end with the stream,
 and a new stream's threads would otherwise fault in their buffers again, which glibc had just
-handed back to the kernel with the old ones (fa64 through HTTP, a stream a run: ~40% of the
-client's CPU was the kernel's, zeroing those pages; docs/benchmarks.md, "session 26").
+handed back to the kernel with the old ones.
 """
 
 from __future__ import annotations
@@ -97,8 +95,7 @@ def joined_transient(parts: list[Any], size: int, name: str) -> bytes | memoryvi
     compressed at once.
 
     The bytes object a join makes is as large as the request and fresh each time (glibc hands
-    such blocks back to the kernel when they are freed); filling a reused buffer instead cut the
-    client's CPU a point on float_array_64 by ~1/6 (docs/benchmarks.md, "session 24"). Without
+    such blocks back to the kernel when they are freed, so each one is faulted in again). Without
     the C extension, the join itself.
     """
     if join_into is None:

@@ -14,7 +14,7 @@ The same columns as the gRPC ``ColumnBatch``, so the gRPC codec (:mod:`encode`, 
 serves it through a :class:`ColumnLayout`: the timestamps and the value member sit in the
 ``Points`` message, with other field numbers; the value messages are the same. Bytes are the
 gRPC form's layout (fixed-width timestamps, packed columns, deterministic), so a batch costs the
-same bytes plus the ``Points`` header: :func:`encoded_size_v2` is exact. The decoder reads any
+same bytes plus the ``Points`` header. The decoder reads any
 valid encoding, as :func:`decode.decode_request` does; in addition it refuses log points
 (``MalformedBatchError``: we do not store logs) and nanos outside [0, 1e9), which the int64
 nanos field can carry. ``unit`` is read (checked as UTF-8) and dropped.
@@ -30,15 +30,13 @@ from beam_nominal._wire._proto.nominal.direct_channel_writer.v2 import (
 )
 from beam_nominal._wire.batch import DecodedRequest, SeriesBatch
 from beam_nominal._wire.decode import ColumnReader, decode_columns
-from beam_nominal._wire.encode import ColumnLayout, encode_columns, encoded_size, request_overhead_bytes
+from beam_nominal._wire.encode import ColumnLayout, encode_columns
 from beam_nominal.model import ValueType
 
 __all__ = [
     "WRITE_BATCHES_V2",
     "decode_write_batches_v2",
     "encode_write_batches_v2",
-    "encoded_size_v2",
-    "request_overhead_bytes_v2",
 ]
 
 #: The layout of ``direct_channel_writer.v2.WriteBatchesRequest``.
@@ -67,12 +65,12 @@ WRITE_BATCHES_V2 = ColumnLayout(
 )
 
 
-def _slow_batch(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
+def _upb_batch(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
     """Decode one RecordsBatch with upb and the reference converter."""
     return reference_columnar.batch_from_proto(index, common.RecordsBatch.FromString(buf[start:stop]))
 
 
-_READER = ColumnReader(WRITE_BATCHES_V2, common.RecordsBatch.FromString, _slow_batch)
+_READER = ColumnReader(WRITE_BATCHES_V2, common.RecordsBatch.FromString, _upb_batch)
 
 
 def encode_write_batches_v2(dataset_rid: str, batches: Sequence[SeriesBatch]) -> bytes:
@@ -96,19 +94,3 @@ def decode_write_batches_v2(data: bytes | bytearray | memoryview) -> DecodedRequ
             anywhere take precedence over a malformed batch.
     """
     return decode_columns(data, _READER)
-
-
-def encoded_size_v2(batch: SeriesBatch) -> int:
-    """Exact bytes ``batch`` adds to an :func:`encode_write_batches_v2` request.
-
-    ``encoded_size(batch)`` of the gRPC form, less the ``ColumnValues`` header (tag and length),
-    plus the ``Points`` header, with the batch's own length varint resized to match. Cost as
-    :func:`encode.encoded_size`; :func:`encode.estimate_batch_bytes` bounds it too.
-    """
-    return encoded_size(batch, layout=WRITE_BATCHES_V2)
-
-
-def request_overhead_bytes_v2(dataset_rid: str) -> int:
-    """Bytes of a request outside its batches (the rid field): ``len(encode_write_batches_v2(rid, bs))
-    == request_overhead_bytes_v2(rid) + sum(encoded_size_v2(b) for b in bs)``."""
-    return request_overhead_bytes(dataset_rid, layout=WRITE_BATCHES_V2)

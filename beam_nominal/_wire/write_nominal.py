@@ -48,22 +48,6 @@ from beam_nominal._wire import reference_row, scratch
 from beam_nominal._wire._proto.nominal.write import nominal_write_pb2 as nw
 from beam_nominal._wire._varint import I64, U8, U64, varint_bytes, varint_lengths
 from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch, StringRows
-from beam_nominal._wire.decode import (
-    _decode_fixed_19,
-    _Fallback,
-    _fixed_14_ns,
-    _len2,
-    _length,
-    _map_entry,
-    _out_of_range,
-    _single_member,
-    _skip,
-    _tag,
-    _text,
-    _unspread5,
-    _varint,
-    request_fields,
-)
 from beam_nominal._wire.encode import (
     TIMESTAMP_BYTES,
     TIMESTAMP_BYTES_NEGATIVE,
@@ -83,10 +67,25 @@ from beam_nominal._wire.encode import (
     _segment_sums,
     _string_entries,
     _string_field,
-    _utf8,
     put_timestamps_5,
     put_timestamps_10,
     timestamp_width,
+)
+from beam_nominal._wire.fields import (
+    UpbFallback,
+    decode_fixed_19,
+    first_out_of_range,
+    fixed_14_ns,
+    map_entry,
+    read_length,
+    read_small_varint,
+    read_tag,
+    read_text,
+    read_varint,
+    request_fields,
+    single_member,
+    skip_field,
+    unspread5,
 )
 from beam_nominal._wire.scratch import thread_scratch
 from beam_nominal.model import SeriesKey, ValueType
@@ -94,9 +93,6 @@ from beam_nominal.model import SeriesKey, ValueType
 __all__ = [
     "decode_write_nominal",
     "encode_write_nominal",
-    "encoded_size_write_nominal",
-    "estimate_write_nominal_bytes",
-    "request_overhead_write_nominal",
 ]
 
 _T1 = b"\x0a"
@@ -546,8 +542,9 @@ def _slice_points(payloads: list[Any], idx: list[int], out: U8, sizes: list[int]
         off += size
 
 
-def _encode_integers(batches: list[SeriesBatch], stamps: list[I64], payloads: list[Any], idx: list[int],
-                     tsw: int, matrices: _Matrices) -> None:
+def _encode_integers(
+    batches: list[SeriesBatch], stamps: list[I64], payloads: list[Any], idx: list[int], tsw: int, matrices: _Matrices
+) -> None:
     """Integer columns of one timestamp width: varints padded per series, grouped by that width."""
     cols = [_checked_numeric(i, batches[i], stamps[i].shape[0]) for i in idx]
     by_width: dict[int, list[int]] = {}
@@ -562,8 +559,9 @@ def _encode_integers(batches: list[SeriesBatch], stamps: list[I64], payloads: li
         _slice_points(payloads, members, out, [stride * stamps[i].shape[0] for i in members])
 
 
-def _encode_strings(batches: list[SeriesBatch], stamps: list[I64], payloads: list[Any], idx: list[int],
-                    tsw: int) -> None:
+def _encode_strings(
+    batches: list[SeriesBatch], stamps: list[I64], payloads: list[Any], idx: list[int], tsw: int
+) -> None:
     for i in idx:
         _checked_len(i, batches[i], stamps[i].shape[0])
     flat = list(itertools.chain.from_iterable(batches[i].values for i in idx))
@@ -579,87 +577,6 @@ def _encode_strings(batches: list[SeriesBatch], stamps: list[I64], payloads: lis
     out, point_sizes = _ragged_points(ns, tsw, body, sizes) if short is None else short
     counts = np.array([stamps[i].shape[0] for i in idx], dtype=np.int64)
     _slice_points(payloads, idx, out, _segment_sums(point_sizes, counts).tolist())
-
-
-# ---------------------------------------------------------------------------------------------
-# Sizes, for clients that budget requests
-# ---------------------------------------------------------------------------------------------
-
-
-def request_overhead_write_nominal(session_name: str | None = None) -> int:
-    """Bytes of a body that are in no ``Series``: the session name field.
-
-    ``len(encode_write_nominal(bs, name)) == request_overhead_write_nominal(name) +
-    sum(encoded_size_write_nominal(b) for b in bs)``.
-    """
-    return 0 if session_name is None else len(_string_field(_T2, session_name))
-
-
-def encoded_size_write_nominal(batch: SeriesBatch) -> int:
-    """Exact bytes ``batch`` adds to a body (its ``Series`` with tag and length).
-
-    Cost: constant for doubles (plus one ``min`` over the timestamps); one vector pass over the
-    values for int64/uint64; an encode of the text for strings and structs; arrays are encoded
-    (use :func:`estimate_write_nominal_bytes` where that is too much).
-    """
-    vt = _checked_type(0, batch)
-    ts = _checked_timestamps(0, batch)
-    n = ts.shape[0]
-    tsw = timestamp_width(ts)
-    payload: int
-    if vt is ValueType.DOUBLE:
-        payload = n * (tsw + _DOUBLE_EXTRA)
-    elif vt in _INTEGER:
-        vals = _checked_numeric(0, batch, n)
-        payload = n * (2 + tsw + 1 + (int(varint_lengths(vals).max()) if n else 1))
-    elif vt in _STRINGISH:
-        _checked_len(0, batch, n)
-        blens = _utf8(list(batch.values))[1]
-        lengths = tsw + 1 + varint_lengths(blens.view(np.uint64)) + blens
-        payload = int((1 + varint_lengths(lengths.view(np.uint64)) + lengths).sum())
-    elif vt is ValueType.DOUBLE_ARRAY:
-        payload = _double_array_points(0, batch, ts, tsw).shape[0]
-    else:
-        payload = _string_array_points(0, batch, ts, tsw).shape[0]
-    body = len(_checked_key_bytes(0, batch, _SERIES_KEY_CACHE, _encode_series_key))
-    body += len(_points_framing(vt, payload)) + payload
-    return 1 + len(varint_bytes(body)) + body
-
-
-def estimate_write_nominal_bytes(
-    value_type: ValueType,
-    n_points: int,
-    *,
-    payload_bytes: int | None = None,
-    n_elements: int = 0,
-    key_bytes: int = 64,
-    negative_timestamps: bool = False,
-) -> int:
-    """A cheap upper bound of :func:`encoded_size_write_nominal`, from counts only.
-
-    Args: as :func:`encode.estimate_batch_bytes` (``payload_bytes``: UTF-8 bytes of all strings,
-    or ``8 *`` elements of all double-array rows; ``n_elements``: strings in all string-array
-    rows; ``key_bytes``: channel and tags as encoded, about their UTF-8 length + 4 per tag).
-
-    Raises:
-        ValueError: ``payload_bytes`` missing for a type that needs it.
-    """
-    vt = ValueType(value_type)
-    per_point = TIMESTAMP_BYTES_NEGATIVE if negative_timestamps else TIMESTAMP_BYTES
-    payload = 0
-    if vt is ValueType.DOUBLE:
-        per_point += _DOUBLE_EXTRA
-    elif vt in _INTEGER:
-        per_point += 2 + 11
-    else:
-        if payload_bytes is None:
-            raise ValueError(f"estimate_write_nominal_bytes: payload_bytes is required for {vt.value}")
-        # A point's tag and length (at most 1 + 5 bytes), its value field's (the same; one per
-        # string for string arrays).
-        per_point += 6 + (0 if vt is ValueType.STRING_ARRAY else 6)
-        payload = payload_bytes + (6 * n_elements if vt is ValueType.STRING_ARRAY else 0)
-    # Series tag/len, the Channel wrapper, Points, member and array member headers.
-    return 40 + key_bytes + n_points * per_point + payload
 
 
 # ---------------------------------------------------------------------------------------------
@@ -697,7 +614,7 @@ def decode_write_nominal(data: bytes | bytearray | memoryview, dataset_rid: str)
     for i, (s, e) in enumerate(spans):
         try:
             walked = _walk_series(buf, s, e, i)
-        except _Fallback:
+        except UpbFallback:
             slow.append(i)
             continue
         except MalformedBatchError as exc:
@@ -713,11 +630,11 @@ def decode_write_nominal(data: bytes | bytearray | memoryview, dataset_rid: str)
             try:
                 ns, values, _ = _points(buf, w.vt, w.start, w.stop)
                 out[w.at] = SeriesBatch(w.key, w.vt, ns, values)
-            except _Fallback:
+            except UpbFallback:
                 slow.append(w.at)
     for i in slow:
         try:
-            out[i] = _slow_series(buf, spans[i][0], spans[i][1], i)
+            out[i] = _upb_series(buf, spans[i][0], spans[i][1], i)
         except MalformedBatchError as exc:
             malformed[i] = exc
     if malformed:
@@ -729,7 +646,7 @@ def decode_write_nominal(data: bytes | bytearray | memoryview, dataset_rid: str)
     return DecodedRequest(dataset_rid, session, out)  # type: ignore[arg-type]
 
 
-def _slow_series(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
+def _upb_series(buf: bytes, start: int, stop: int, index: int) -> SeriesBatch:
     """One ``Series`` through upb and the reference converter."""
     return reference_row.series_batch(index, nw.Series.FromString(buf[start:stop]))
 
@@ -764,7 +681,7 @@ def _walk_series(buf: bytes, start: int, stop: int, index: int) -> _Walked:
     """Read a ``Series``' key and find its points member.
 
     Raises:
-        _Fallback: a layout only upb reads (a repeated channel or points field, which
+        UpbFallback: a layout only upb reads (a repeated channel or points field, which
             protobuf merges; a points member set twice).
         MalformedBatchError: no channel, or no points type.
     """
@@ -774,7 +691,7 @@ def _walk_series(buf: bytes, start: int, stop: int, index: int) -> _Walked:
     key: SeriesKey | None = _PREFIX_CACHE.get(buf[start:p]) if p > start else None
     points: tuple[int, int] | None = None
     if key is not None and p + 2 < stop:
-        n, q = _len2(buf, p + 1, stop, where)
+        n, q = read_small_varint(buf, p + 1, stop, where)
         if q + n == stop:
             points = (q, stop)
     if key is None or points is None:
@@ -785,16 +702,16 @@ def _walk_series(buf: bytes, start: int, stop: int, index: int) -> _Walked:
     member: tuple[int, int, int] | None = None
     if s + 2 < e and buf[s] in _MEMBER_KEYS:
         # The usual Points: one member spanning all of it.
-        n, q = _len2(buf, s + 1, e, where)
+        n, q = read_small_varint(buf, s + 1, e, where)
         if q + n == e:
             member = (buf[s] >> 3, q, e)
     if member is None:
-        member = _single_member(buf, [points], f"{where}.points")
+        member = single_member(buf, [points], f"{where}.points")
         if member is None:
             raise MalformedBatchError(index, key.channel, "points type not set")
     field, s, e = member
     if field == 4:
-        kind = _single_member(buf, [(s, e)], f"{where}.points")
+        kind = single_member(buf, [(s, e)], f"{where}.points")
         if kind is None or kind[0] > 2:
             raise MalformedBatchError(index, key.channel, "array points type not set")
         field, s, e = kind
@@ -805,9 +722,7 @@ def _walk_series(buf: bytes, start: int, stop: int, index: int) -> _Walked:
 _MEMBER_KEYS = frozenset({0x0A, 0x12, 0x1A, 0x22, 0x2A, 0x32})
 
 
-def _walk_fields(
-    buf: bytes, start: int, stop: int, index: int, where: str
-) -> tuple[SeriesKey, tuple[int, int] | None]:
+def _walk_fields(buf: bytes, start: int, stop: int, index: int, where: str) -> tuple[SeriesKey, tuple[int, int] | None]:
     """A ``Series``' fields in any order: (key, span of its points field or None)."""
     channel: str | None = None
     tags: dict[str, str] = {}
@@ -816,23 +731,23 @@ def _walk_fields(
     pos = start
     while pos < stop:
         field_at = pos
-        field, wt, pos = _tag(buf, pos, stop, where)
+        field, wt, pos = read_tag(buf, pos, stop, where)
         if wt != 2 or field > 3:
-            pos = _skip(buf, pos, stop, field, wt, where)
+            pos = skip_field(buf, pos, stop, field, wt, where)
             prefix_end = -2
             continue
-        s, pos = _length(buf, pos, stop, where)
+        s, pos = read_length(buf, pos, stop, where)
         if field == 1:
             if channel is not None:
-                raise _Fallback
+                raise UpbFallback
             channel = _channel_name(buf, s, pos, where)
         elif field == 2:
-            entry = _map_entry(buf, s, pos, f"{where}.tags")
+            entry = map_entry(buf, s, pos, f"{where}.tags")
             if entry is not None:
                 tags[entry[0]] = entry[1]
         else:
             if points is not None:
-                raise _Fallback
+                raise UpbFallback
             points = (s, pos)
             if prefix_end == -1:
                 prefix_end = field_at
@@ -850,12 +765,12 @@ def _channel_name(buf: bytes, start: int, stop: int, where: str) -> str:
     name = ""
     pos = start
     while pos < stop:
-        field, wt, pos = _tag(buf, pos, stop, where)
+        field, wt, pos = read_tag(buf, pos, stop, where)
         if field == 1 and wt == 2:
-            s, pos = _length(buf, pos, stop, where)
-            name = _text(buf, s, pos, f"{where}.channel")
+            s, pos = read_length(buf, pos, stop, where)
+            name = read_text(buf, s, pos, f"{where}.channel")
         else:
-            pos = _skip(buf, pos, stop, field, wt, where)
+            pos = skip_field(buf, pos, stop, field, wt, where)
     return name
 
 
@@ -877,7 +792,7 @@ def _points(buf: bytes, vt: ValueType, start: int, stop: int, bounds: I64 | None
     (default: one region).
 
     Raises:
-        _Fallback: a layout no vector path reads, a region that does not start on a point, or a
+        UpbFallback: a layout no vector path reads, a region that does not start on a point, or a
             timestamp near or past the int64 limits (upb then names it).
     """
     if vt is ValueType.DOUBLE:
@@ -889,7 +804,7 @@ def _points(buf: bytes, vt: ValueType, start: int, stop: int, bounds: I64 | None
     if vt is ValueType.DOUBLE_ARRAY:
         try:
             return _uniform_double_rows(buf, start, stop, bounds)
-        except _Fallback:
+        except UpbFallback:
             return _canonical_double_rows(buf, start, stop, bounds)
     return _string_array_rows(buf, start, stop, bounds)
 
@@ -907,7 +822,7 @@ def _joined_points(buf: bytes, members: list[_Walked]) -> dict[int, SeriesBatch]
     np.cumsum(np.array(sizes, dtype=np.int64), out=bounds[1:])
     try:
         ns, values, counts = _points(joined, vt, 0, len(joined), bounds)
-    except _Fallback:
+    except UpbFallback:
         return None
     out = {}
     off = 0
@@ -1063,7 +978,7 @@ def _doubles(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tu
     of several series, the last one the end (default: one region).
 
     Raises:
-        _Fallback: a layout no vector path reads, a region that does not start on a point, or a
+        UpbFallback: a layout no vector path reads, a region that does not start on a point, or a
             timestamp near or past the int64 limits (upb then names it).
     """
     fixed = _fixed_layout(buf, start, stop, 0x11, 8, bounds)
@@ -1077,9 +992,9 @@ def _doubles(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tu
 
 
 def _timestamps_ns(sec: I64, nanos: I64) -> I64:
-    """seconds * 1e9 + nanos; _Fallback outside int64 nanoseconds (upb then names the point)."""
-    if _out_of_range(sec, nanos) is not None:
-        raise _Fallback
+    """seconds * 1e9 + nanos; UpbFallback outside int64 nanoseconds (upb then names the point)."""
+    if first_out_of_range(sec, nanos) is not None:
+        raise UpbFallback
     out: I64 = sec * _NS + nanos
     return out
 
@@ -1094,7 +1009,7 @@ def _canonical_doubles(
     it exactly and are read with numpy, a varint from one 8-byte word.
 
     Raises:
-        _Fallback: anything else (fields in another order or repeated, unknown fields, varints
+        UpbFallback: anything else (fields in another order or repeated, unknown fields, varints
             of more than 7 bytes such as pre-1970 seconds), or a region not starting on a point.
     """
     points = _Points.of(buf, start, stop, bounds)
@@ -1120,10 +1035,10 @@ class _Points(NamedTuple):
 
     @classmethod
     def of(cls, buf: bytes, start: int, stop: int, bounds: I64 | None) -> _Points:
-        """Raises _Fallback where no chain of ``0a L`` points (L < 16384) fills the region."""
+        """Raises UpbFallback where no chain of ``0a L`` points (L < 16384) fills the region."""
         arr = np.frombuffer(buf, dtype=np.uint8, count=stop - start, offset=start)
         if arr.shape[0] < 2:
-            raise _Fallback
+            raise UpbFallback
         # Two-byte point lengths are looked for only where the first point has one or the chain
         # of one-byte ones fails: the scan for them costs doubles and short text 10-15%.
         wide = bool(arr[1] >= 0x80)
@@ -1131,7 +1046,7 @@ class _Points(NamedTuple):
         if chain is None and not wide:
             chain = _point_chain(arr, *_point_candidates(arr, True))
         if chain is None:
-            raise _Fallback
+            raise UpbFallback
         counts = _region_counts(chain, bounds, arr.shape[0])
         full = np.frombuffer(buf if stop + 4 <= len(buf) else buf + bytes(4), dtype=np.uint8)
         return cls(chain + start, counts, arr.shape[0], full, _Words(buf))
@@ -1150,7 +1065,7 @@ def _strings(buf: bytes, start: int, stop: int, bounds: I64 | None = None) -> tu
     by upb as one repeated string (which checks the UTF-8); the rest as for doubles.
 
     Raises:
-        _Fallback: anything else (longer points, unknown fields, ...), as for :func:`_doubles`.
+        UpbFallback: anything else (longer points, unknown fields, ...), as for :func:`_doubles`.
     """
     if stop == start:
         return np.empty(0, dtype=np.int64), [], _region_counts(np.empty(0, dtype=np.int64), bounds, 0)
@@ -1174,7 +1089,7 @@ def _string_array_rows(buf: bytes, start: int, stop: int, bounds: I64 | None = N
     (:func:`_string_columns`), not a str per string.
 
     Raises:
-        _Fallback: anything else (longer points, unknown or reordered fields, a string that is
+        UpbFallback: anything else (longer points, unknown or reordered fields, a string that is
             not valid UTF-8, ...), as for :func:`_doubles`: upb then reads it, or raises.
     """
     if stop == start:
@@ -1189,7 +1104,7 @@ def _string_array_rows(buf: bytes, start: int, stop: int, bounds: I64 | None = N
     cand, nxt = _entry_candidates(fields)
     chain = _point_chain(fields, cand, nxt, 0x12)
     if chain is None:
-        raise _Fallback
+        raise UpbFallback
     row_bounds = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(rest, out=row_bounds[1:])
     counts = _region_counts(chain, row_bounds, total)
@@ -1225,14 +1140,14 @@ def _string_columns(fields: U8, chain: I64, counts: I64) -> StringRows:
     the rest, cut out with one mask.
 
     Raises:
-        _Fallback: a string that is not valid UTF-8 (upb then raises its DecodeError).
+        UpbFallback: a string that is not valid UTF-8 (upb then raises its DecodeError).
     """
     # The entries tile fields, so each string ends where the next entry starts.
     wide = chain[fields[chain + 1] >= 0x80]
     lengths = np.append(chain[1:], fields.shape[0]) - chain - 2
     lengths[np.searchsorted(chain, wide)] -= 1
-    # Scatters and np.compress, not boolean indexing: its per-byte branches cost 3-4x as much
-    # on masks of short strings (a request of 32-string rows: 12 ms against 3).
+    # Scatters and np.compress, not boolean indexing, whose per-byte branches cost several times as
+    # much on masks of short strings.
     string = np.ones(fields.shape[0], dtype=np.bool_)
     for at in (chain, chain + 1, wide + 2):
         fields[at] = 0
@@ -1240,7 +1155,7 @@ def _string_columns(fields: U8, chain: I64, counts: I64) -> StringRows:
     try:
         codecs.utf_8_decode(fields.data, "strict", True)
     except UnicodeDecodeError:
-        raise _Fallback from None
+        raise UpbFallback from None
     offsets = np.zeros(chain.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     rows = np.zeros(counts.shape[0] + 1, dtype=np.int64)
@@ -1256,7 +1171,7 @@ def _canonical_double_rows(buf: bytes, start: int, stop: int, bounds: I64 | None
     points, ns, field_at, field_len, field_head = _value_fields(buf, start, stop, bounds)
     sizes = field_len - field_head
     if (sizes % 8).any():
-        raise _Fallback
+        raise UpbFallback
     flat = _cut(buf, start, points.total, field_at + field_head, sizes).view("<f8").astype(np.float64)
     widths = sizes // 8
     n = ns.shape[0]
@@ -1301,7 +1216,7 @@ def _value_fields(buf: bytes, start: int, stop: int, bounds: I64 | None) -> tupl
         second = full[at + 1]
         length_ok = np.where(one, second == size, (second == (size & 0x7F | 0x80)) & (full[at + 2] == size >> 7))
         if not ((full[at] == 0x12) & length_ok).all():
-            raise _Fallback
+            raise UpbFallback
         field_head[has_value] = np.where(one, 2, 3)
     value_at -= start
     return points, ns, value_at, rest, field_head
@@ -1330,7 +1245,7 @@ def _region_counts(chain: I64, bounds: I64 | None, total: int) -> I64:
     at = chain.searchsorted(starts)
     inside = at < chain.shape[0]
     if not ((chain[at[inside]] == starts[inside]).all() and (starts[~inside] == total).all()):
-        raise _Fallback
+        raise UpbFallback
     return np.diff(np.append(at, chain.shape[0]))
 
 
@@ -1354,7 +1269,7 @@ def _point_heads(full: U8, chain: I64, value_key: int) -> _Heads:
     if wide.any():
         high = full[chain + 2].astype(np.int64)
         if (wide & (high >= 0x80)).any():
-            raise _Fallback
+            raise UpbFallback
         lens = np.where(wide, (lens & 0x7F) | high << 7, lens)
         body = chain + 2 + wide
     else:
@@ -1373,7 +1288,7 @@ def _point_heads(full: U8, chain: I64, value_key: int) -> _Heads:
     rest = body + lens - value_at
     ok &= rest >= 0
     if not ok.all():
-        raise _Fallback
+        raise UpbFallback
     return _Heads(body, value_at, lens, t_len, has_ts, all_ts, rest)
 
 
@@ -1392,8 +1307,8 @@ def _point_timestamps(words: _Words, heads: _Heads, ns_out: I64) -> None:
     # nanos is an int32 field: a wider varint keeps its low 32 bits, as every parser does.
     nanos32 = (nanos & _U(0xFFFF_FFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
     sec64 = sec.view(np.int64)
-    if _out_of_range(sec64, nanos32) is not None:
-        raise _Fallback  # upb then names the point
+    if first_out_of_range(sec64, nanos32) is not None:
+        raise UpbFallback  # upb then names the point
     np.multiply(sec64, _NS, out=ns_out)
     ns_out += nanos32
 
@@ -1410,7 +1325,7 @@ def _double_block(full: U8, words: _Words, chain: I64, ns_out: I64, values_out: 
     else:
         ok = (heads.rest == 0) | (has_value & (full[np.where(has_value, value_at, chain)] == 0x11))
     if not ok.all():
-        raise _Fallback
+        raise UpbFallback
     _point_timestamps(words, heads, ns_out)
     if every_value:
         values_out[:] = words.at(value_at + 1).view("<f8")
@@ -1432,11 +1347,11 @@ def _seconds(first: U64, body: I64) -> tuple[U64, I64]:
     has_sec = key0 == 0x08
     sv = _varints_at(first)
     if sv is None:
-        raise _Fallback
+        raise UpbFallback
     if has_sec.all():
         return sv[0], body + 1 + sv[1]
     if not (has_sec | (key0 == 0x10)).all():
-        raise _Fallback
+        raise UpbFallback
     return np.where(has_sec, sv[0], _U(0)), body + np.where(has_sec, 1 + sv[1], 0)
 
 
@@ -1447,14 +1362,14 @@ def _timestamp_bodies(words: _Words, body: I64, t_len: I64) -> tuple[U64, U64]:
     first = words.at(body)
     if ((first & _SEC5_MASK) == _SEC5_WANT).all():
         # Every point's seconds in 5 bytes (all times from 1978 to 3058): read in place.
-        sec = _unspread5(first >> _U(8))
+        sec = unspread5(first >> _U(8))
         q = body + 6
     else:
         sec, q = _seconds(first, body)
     more = q < body_end
     every = bool(more.all())
     if not every and not (more | (q == body_end)).all():
-        raise _Fallback
+        raise UpbFallback
     nano_at = None if every else np.flatnonzero(more)
     qn = q if nano_at is None else q[nano_at]
     if qn.shape[0] == 0:
@@ -1463,7 +1378,7 @@ def _timestamp_bodies(words: _Words, body: I64, t_len: I64) -> tuple[U64, U64]:
     nv = _varints_at(second)
     ends = body_end if nano_at is None else body_end[nano_at]
     if nv is None or not (((second & _U(0xFF)) == 0x10) & (qn + 1 + nv[1] == ends)).all():
-        raise _Fallback
+        raise UpbFallback
     if nano_at is None:
         return sec, nv[0]
     nanos = np.zeros(body.shape[0], dtype=np.uint64)
@@ -1479,36 +1394,36 @@ def _uniform_double_rows(buf: bytes, start: int, stop: int, bounds: I64 | None) 
     if total == 0:
         return np.empty(0, dtype=np.int64), [], _region_counts(np.empty(0, dtype=np.int64), bounds, 0)
     if total < 2 or buf[start] != 0x0A:
-        raise _Fallback
-    length, p = _varint(buf, start + 1, stop, "points")
+        raise UpbFallback
+    length, p = read_varint(buf, start + 1, stop, "points")
     h = p - start
     if p + 2 > stop or buf[p] != 0x0A:
-        raise _Fallback
+        raise UpbFallback
     tsw = buf[p + 1] + 2
     q = p + tsw
     if tsw not in (TIMESTAMP_BYTES, TIMESTAMP_BYTES_NEGATIVE) or q >= stop or buf[q] != 0x12:
-        raise _Fallback
-    size, r = _varint(buf, q + 1, stop, "points")
+        raise UpbFallback
+    size, r = read_varint(buf, q + 1, stop, "points")
     inner = r - q
     stride = h + length
     if size % 8 or h + tsw + inner + size != stride or total % stride:
-        raise _Fallback
+        raise UpbFallback
     if bounds is not None and (np.diff(bounds) % stride).any():
-        raise _Fallback
+        raise UpbFallback
     n = total // stride
     rows = np.ndarray((n, stride), dtype=np.uint8, buffer=buf, offset=start)
     heads = np.frombuffer(buf, dtype=np.uint8, count=h, offset=start)
     inners = np.frombuffer(buf, dtype=np.uint8, count=inner, offset=q)
     if not ((rows[:, :h] == heads).all() and (rows[:, h + tsw : h + tsw + inner] == inners).all()):
-        raise _Fallback
+        raise UpbFallback
     if tsw == TIMESTAMP_BYTES:
-        ns = _fixed_14_ns(buf, n, start + h, stride, 0x0A)
+        ns = fixed_14_ns(buf, n, start + h, stride, 0x0A)
         if ns is None:
-            raise _Fallback
+            raise UpbFallback
     else:
-        ok, sec, nanos = _decode_fixed_19(buf, n, start + h, stride, 0x0A)
+        ok, sec, nanos = decode_fixed_19(buf, n, start + h, stride, 0x0A)
         if not ok.all():
-            raise _Fallback
+            raise UpbFallback
         ns = _timestamps_ns(sec, nanos)
     counts = np.array([n], dtype=np.int64) if bounds is None else np.diff(bounds) // stride
     if size == 0:
@@ -1524,8 +1439,11 @@ def _fixed_integers(
     one width, as our encoder writes them, or in minimal varints (:func:`_canonical_integers`)."""
     if stop - start < 4:
         if stop == start:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=vt.numpy_dtype), _region_counts(
-                np.empty(0, dtype=np.int64), bounds, 0)
+            return (
+                np.empty(0, dtype=np.int64),
+                np.empty(0, dtype=vt.numpy_dtype),
+                _region_counts(np.empty(0, dtype=np.int64), bounds, 0),
+            )
         return _canonical_integers(buf, start, stop, vt, bounds)
     width = buf[start + 1] - 1 - (buf[start + 3] + 2)
     if not 1 <= width <= 10:
@@ -1536,7 +1454,7 @@ def _fixed_integers(
     n, stride, ns, counts = fixed
     rows = np.ndarray((n, width), dtype=np.uint8, buffer=buf, offset=start + stride - width, strides=(stride, 1))
     if n and not ((rows[:, :-1] >= 0x80).all() and (rows[:, -1] < (0x02 if width == 10 else 0x80)).all()):
-        raise _Fallback
+        raise UpbFallback
     values = np.zeros(n, dtype=np.uint64)
     for k in range(width):
         values |= (rows[:, k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
@@ -1560,7 +1478,7 @@ def _canonical_integers(
         word = points.words.at(value_at)
         decoded = _varints_at(word)
         if decoded is None or not (((word & _U(0xFF)) == 0x10) & (decoded[1] + 1 == heads.rest[at])).all():
-            raise _Fallback
+            raise UpbFallback
         _point_timestamps(points.words, heads, ns[b0 : b0 + block.shape[0]])
         values[at + b0] = decoded[0]
     return ns, values.view(np.int64) if vt is ValueType.INT64 else values, points.counts
@@ -1574,7 +1492,7 @@ def _fixed_layout(
     points per region), or None for any other layout. The value bytes are the caller's to check.
 
     Raises:
-        _Fallback: a timestamp near or past the int64 limits (upb then names it).
+        UpbFallback: a timestamp near or past the int64 limits (upb then names it).
     """
     total = stop - start
     if total == 0:
@@ -1598,11 +1516,11 @@ def _fixed_layout(
     if not ((head == (0x0A | (stride - 2) << 8)).all() and (key == value_key).all()):
         return None
     if tsw == TIMESTAMP_BYTES:
-        ns = _fixed_14_ns(buf, n, start + 2, stride, 0x0A)
+        ns = fixed_14_ns(buf, n, start + 2, stride, 0x0A)
         if ns is None:  # not the fixed form after all, or near the int64 limits
-            raise _Fallback
+            raise UpbFallback
         return n, stride, ns, counts
-    ok, sec, nanos = _decode_fixed_19(buf, n, start + 2, stride, 0x0A)
+    ok, sec, nanos = decode_fixed_19(buf, n, start + 2, stride, 0x0A)
     if not ok.all():
         return None
     return n, stride, _timestamps_ns(sec, nanos), counts

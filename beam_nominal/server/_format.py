@@ -58,10 +58,9 @@ _ARROW_TYPES: dict[ValueType, pa.DataType] = {
     ValueType.STRING_ARRAY: pa.list_(pa.string()),
 }
 
-# Measured on 200k-row doubles (benchmarks/bench_server.py has the end-to-end figures): pyarrow's
-# defaults write ~6 M points/s; dictionary-encoding only the low-cardinality name columns,
-# DELTA_BINARY_PACKED timestamps, PLAIN values, no compression and statistics only on the
-# timestamp column write ~30 M points/s at ~8 bytes per double point.
+# Dictionary-encoding only the low-cardinality name columns, DELTA_BINARY_PACKED timestamps, PLAIN
+# values, no compression and statistics only on the timestamp column: several times faster to
+# write than pyarrow's defaults, at about 8 bytes a double point (benchmarks/bench_server.py).
 _PARQUET_OPTIONS: dict[str, Any] = {
     "use_dictionary": ["channel", "tags"],
     "column_encoding": {"timestamp": "DELTA_BINARY_PACKED"},
@@ -329,9 +328,8 @@ def _build_commit(batches: Sequence[SeriesBatch], meta: dict[str, Any]) -> tuple
     return pa.table(columns), entries, body
 
 
-# Per-thread output buffers, reused. On this kind of VM first-touch page faults dominate: encoding
-# a 170k-row commit into a fresh growing buffer (or straight into a new file through Arrow's
-# stream) took ~8 ms, into an already-touched buffer ~3.3 ms, plus ~0.3 ms for one write(2).
+# Per-thread output buffers, reused: writing a commit into a fresh buffer (or straight into a new
+# file through Arrow's stream) costs more in first-touch page faults than the encoding.
 _scratch = threading.local()
 # Buffers above this are not kept for the next request (memory per worker thread).
 _SCRATCH_KEEP = 64 << 20

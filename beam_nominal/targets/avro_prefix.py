@@ -321,7 +321,7 @@ class AvroPrefixTarget:
             # The sync marker comes from the first block's bytes: a file's bytes are a function
             # of its data, so a retried bundle makes the same files under the same names.
             # (A marker only has to be unlikely inside the data: a CRC of the block is enough
-            # for its seed, and costs ~0.25 ms per 1 GB/s less than hashing it twice.)
+            # for its seed, and costs less than hashing the block twice.)
             crc = 0
             for p in parts[1:-1]:
                 crc = _crc32(p, crc)

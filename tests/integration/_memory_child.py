@@ -5,7 +5,8 @@ Usage: python _memory_child.py URL DATASET CAP_BYTES CLOSE_TIMEOUT
 Enqueues 1 MiB batches from a thread until an enqueue has blocked for a second, sampling its own
 RSS the whole time, then closes with CLOSE_TIMEOUT. Prints one JSON line: the RSS before the
 stream existed and its peak, the bytes enqueued, whether enqueue blocked, how long close took and
-what it raised. Its own process, so the RSS is the client's alone.
+what it raised, and what the stream's requests and glibc's free heap hold once enqueue blocked.
+Its own process, so the RSS is the client's alone.
 """
 
 from __future__ import annotations
@@ -24,6 +25,25 @@ def rss() -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError("no VmRSS")
+
+
+def malloc_free_bytes() -> int | None:
+    """Bytes glibc's heaps hold free (mallinfo2's fordblks): freed memory still resident that
+    the process has not handed back. None off glibc (or before 2.33)."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
+        ]
+
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.restype = MallInfo2
+    return int(mallinfo2().fordblks)
 
 
 def main() -> None:
@@ -83,6 +103,7 @@ def main() -> None:
     alive = [o for o in gc.get_objects() if isinstance(o, Request)]
     columns = sum(b.timestamps.nbytes + getattr(b.values, "nbytes", 0) for r in alive for b in r.batches)
     encoded = sum(r.encoded_bytes for r in alive)
+    heap_free = malloc_free_bytes()
     t0 = time.monotonic()
     error = None
     try:
@@ -103,6 +124,7 @@ def main() -> None:
                 "requests_alive": len(alive),
                 "request_columns_bytes": columns,
                 "request_encoded_bytes": encoded,
+                "malloc_free_bytes": heap_free,
             }
         ),
         flush=True,

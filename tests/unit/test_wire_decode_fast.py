@@ -1,4 +1,4 @@
-"""The decoder's whole-request fast path (``_fast_batches``) against upb and the general path."""
+"""The decoder's whole-request fast path (``_fixed_layout_batches``) against upb and the general path."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from google.protobuf.message import DecodeError
 
 from beam_nominal._wire import decode as dec
-from beam_nominal._wire import reference
+from beam_nominal._wire import fields, reference
 from beam_nominal._wire._varint import varint_bytes
 from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
 from beam_nominal._wire.decode import decode_request
@@ -44,14 +44,14 @@ def same(a: DecodedRequest, b: DecodedRequest) -> None:
 def fast_calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Records whether each request went through the fast path (True) or fell back (False)."""
     calls: list[bool] = []
-    real = dec._fast_batches
+    real = dec._fixed_layout_batches
 
-    def spy(buf: bytes, spans: list[tuple[int, int]]) -> Any:
-        out = real(buf, spans)
+    def spy(*args: Any) -> Any:
+        out = real(*args)
         calls.append(out is not None)
         return out
 
-    monkeypatch.setattr(dec, "_fast_batches", spy)
+    monkeypatch.setattr(dec, "_fixed_layout_batches", spy)
     return calls
 
 
@@ -85,7 +85,7 @@ def test_count_mismatch_in_the_fast_layout_is_named_as_before(fast_calls: list[b
     names_end = full.index(b"\x1a\x0c")  # no 1a 0c in these names
     timestamps = full[names_end : names_end + 14 * n]
     values = short[short.index(b"\x1a\x0c") + 14 * (n - 1) :]
-    _length, start = dec._len2(full, 7, len(full), "request")
+    _length, start = fields.read_small_varint(full, 7, len(full), "request")
     batch = full[start:names_end] + timestamps + values
     body = b"\x0a\x04ri.r" + b"\x12" + varint_bytes(len(batch)) + batch
     with pytest.raises(MalformedBatchError) as info:

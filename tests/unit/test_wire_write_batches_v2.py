@@ -22,7 +22,6 @@ from test_wire_codec import (
     _copy_values,
     _ld,
     _padded_varint,
-    _small_windows,
     _ts,
     _varint,
     assert_request_equal,
@@ -36,12 +35,10 @@ from beam_nominal._wire._proto.nominal.direct_channel_writer.v2 import (
     direct_nominal_channel_writer_pb2 as dcw,
 )
 from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch
-from beam_nominal._wire.encode import encode_columns, encoded_size, estimate_batch_bytes, request_overhead_bytes
+from beam_nominal._wire.encode import encode_columns
 from beam_nominal._wire.write_batches_v2 import (
     decode_write_batches_v2,
     encode_write_batches_v2,
-    encoded_size_v2,
-    request_overhead_bytes_v2,
 )
 from beam_nominal.model import SeriesKey, ValueType
 
@@ -87,45 +84,12 @@ def test_generated_class_bytes_decode_with_fast_decoder(req: tuple[str, list[Ser
 
 
 @PROPS
-@given(request(), st.sampled_from([24, 40, 64, 200]))
-def test_canonical_timestamps_decode_in_windows(req: tuple[str, list[SeriesBatch]], window: int) -> None:
-    rid, batches = req
-    data = ref.encode(rid, batches)
-    with _small_windows(window):
-        check(batches, decode_write_batches_v2(data), rid)
-
-
-@PROPS
 @given(request())
-def test_encoding_is_deterministic_and_sizes_add_up(req: tuple[str, list[SeriesBatch]]) -> None:
+def test_encoding_is_deterministic(req: tuple[str, list[SeriesBatch]]) -> None:
     rid, batches = req
     data = encode_write_batches_v2(rid, batches)
     copies = [SeriesBatch(b.key, b.value_type, b.timestamps.copy(), _copy_values(b.values)) for b in batches]
     assert encode_write_batches_v2(rid, copies) == data
-    assert len(data) == request_overhead_bytes_v2(rid) + sum(encoded_size_v2(b) for b in batches)
-
-
-@PROPS
-@given(series_batch())
-def test_size_is_the_grpc_size_with_a_points_header_and_within_the_estimate(batch: SeriesBatch) -> None:
-    # The columns are the gRPC form's; only the headers around them differ: ColumnValues' header
-    # gives way to the Points header, which is at least as long (it also spans the timestamps).
-    grpc, columnar = encoded_size(batch), encoded_size_v2(batch)
-    assert 0 <= columnar - grpc <= 8
-    texts = [s for row in batch.values for s in row] if batch.value_type is V.STRING_ARRAY else batch.values
-    payload = {
-        V.STRING: lambda: sum(len(s.encode()) for s in texts),
-        V.STRUCT: lambda: sum(len(s.encode()) for s in texts),
-        V.STRING_ARRAY: lambda: sum(len(s.encode()) for s in texts),
-        V.DOUBLE_ARRAY: lambda: 8 * sum(len(r) for r in batch.values),
-    }.get(batch.value_type, lambda: None)()
-    key_bytes = len(batch.key.channel.encode()) + 4 + sum(len(x.encode()) + 8 for kv in batch.key.tags for x in kv)
-    estimate = estimate_batch_bytes(
-        batch.value_type, len(batch), payload_bytes=payload, key_bytes=key_bytes,
-        n_elements=len(texts) if batch.value_type is V.STRING_ARRAY else 0,
-        negative_timestamps=bool(len(batch) and batch.timestamps.min() < 0),
-    )
-    assert estimate >= columnar
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,14 +151,14 @@ def test_layout_is_the_grpc_columns_inside_points() -> None:
 
 def test_numeric_requests_take_the_whole_request_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[bool] = []
-    real = dec._fast_batches
+    real = dec._fixed_layout_batches
 
     def spy(*args: Any) -> Any:
         out = real(*args)
         calls.append(out is not None)
         return out
 
-    monkeypatch.setattr(dec, "_fast_batches", spy)
+    monkeypatch.setattr(dec, "_fixed_layout_batches", spy)
     ts = T + np.arange(300, dtype=np.int64) * 7
     batches = [
         SeriesBatch(SeriesKey.of("d", {"rig": "a"}), V.DOUBLE, ts, np.linspace(-1, 1, 300)),
@@ -213,8 +177,8 @@ def test_numeric_requests_take_the_whole_request_fast_path(monkeypatch: pytest.M
     assert calls[-1] is False  # a string batch: the general path
 
 
-def test_large_canonical_request_takes_the_vector_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Canonical (upb's) timestamps, pre-1970 and not, some whole seconds (nanos omitted).
+def test_large_canonical_request_decodes_exactly() -> None:
+    # Canonical (upb's) timestamps, pre-1970 and not, some whole seconds (nanos omitted): upb reads them.
     rng = np.random.default_rng(11)
     seconds = rng.integers(-(2**32), 2**33, 30_000)
     ts = np.sort(seconds * 10**9 + np.where(seconds % 5 == 0, 0, rng.integers(0, 10**9, seconds.shape[0])))
@@ -223,13 +187,7 @@ def test_large_canonical_request_takes_the_vector_path(monkeypatch: pytest.Monke
         SeriesBatch(SeriesKey.of("f", {"k": "v"}), V.DOUBLE, ts[::2], rng.standard_normal(ts[::2].shape[0])),
         SeriesBatch(SeriesKey.of("j"), V.STRUCT, ts[:20_000], [f'{{"i": {i}}}' for i in range(20_000)]),
     ]
-    data = ref.encode("r", batches)
-
-    def no_fallback(*args: Any) -> None:
-        raise AssertionError("fell back to upb")
-
-    monkeypatch.setattr(v2._READER, "slow_batch", no_fallback)
-    check(batches, decode_write_batches_v2(data), "r")
+    check(batches, decode_write_batches_v2(ref.encode("r", batches)), "r")
     check(batches, decode_write_batches_v2(encode_write_batches_v2("r", batches)), "r")
 
 
@@ -238,18 +196,12 @@ def test_large_canonical_request_takes_the_vector_path(monkeypatch: pytest.Monke
 # ---------------------------------------------------------------------------------------------
 
 
-# Small windows send short canonical runs down the vector path; the default sends them to upb.
-WINDOWS = pytest.mark.parametrize("window", [24, 65_536])
-
-
-def check_both(want: list[SeriesBatch], data: bytes, rid: str, window: int) -> None:
+def check_both(want: list[SeriesBatch], data: bytes, rid: str) -> None:
     check(want, ref.decode(data), rid)
-    with _small_windows(window):
-        check(want, decode_write_batches_v2(data), rid)
+    check(want, decode_write_batches_v2(data), rid)
 
 
-@WINDOWS
-def test_any_field_order_unknown_fields_unit_and_omitted_optionals(window: int) -> None:
+def test_any_field_order_unknown_fields_unit_and_omitted_optionals() -> None:
     unknown = b"\x78\x01" + _ld(14, b"future") + b"\x7d\x00\x00\x00\x00"  # fields 15 (varint), 14, 15 (fixed32)
     doubles = _ld(1, struct.pack("<d", 1.5)) + unknown + _ld(1, struct.pack("<d", -2.0))
     points = (
@@ -262,29 +214,27 @@ def test_any_field_order_unknown_fields_unit_and_omitted_optionals(window: int) 
     batch = unknown + _ld(4, "m/s ✓".encode()) + _ld(3, points) + _ld(2, _ld(2, b"v") + _ld(1, b"k")) + _ld(1, b"ch")
     data = unknown + _ld(2, b"rid") + _ld(1, batch) + unknown
     want = [SeriesBatch(SeriesKey.of("ch", {"k": "v"}), V.DOUBLE, _ts(5, 2_000_000_000), np.array([1.5, -2.0]))]
-    check_both(want, data, "rid", window)
+    check_both(want, data, "rid")
 
 
-@WINDOWS
-def test_points_split_over_occurrences_merge_as_upb_merges(window: int) -> None:
+def test_points_split_over_occurrences_merge_as_upb_merges() -> None:
     # Two occurrences of RecordsBatch.points: timestamps in both, the member in the second; and a
     # member given twice (packed chunks of one column).
     first = _ts_v2(1, 0) + _ts_v2(2, 0)
     second = _ts_v2(3, 0) + _ld(5, _ld(1, _varint(7))) + _ld(5, _ld(1, _varint(8) + _varint(2**64 - 1)))
     data = _ld(1, _ld(1, b"c") + _ld(3, first) + _ld(3, second))
     want = [SeriesBatch(SeriesKey.of("c"), V.INT64, _ts(10**9, 2 * 10**9, 3 * 10**9), np.array([7, 8, -1]))]
-    check_both(want, data, "", window)
+    check_both(want, data, "")
 
 
-@WINDOWS
-def test_fixed_width_runs_split_by_unknown_fields(window: int) -> None:
+def test_fixed_width_runs_split_by_unknown_fields() -> None:
     fixed = encode_write_batches_v2("", [SeriesBatch(SeriesKey.of("c"), V.DOUBLE, _ts(3, 4), np.array([1.0, 2.0]))])
     at = fixed.index(b"\x0a\x0c\x08")
     entries = fixed[at : at + 28]
     points = entries[:14] + b"\x78\x05" + entries[14:] + _ts_v2(0, 9) + _ld(2, _ld(1, struct.pack("<3d", 1, 2, 3)))
     data = _ld(1, _ld(1, b"c") + _ld(3, points))
     want = [SeriesBatch(SeriesKey.of("c"), V.DOUBLE, _ts(3, 4, 9), np.array([1.0, 2.0, 3.0]))]
-    check_both(want, data, "", window)
+    check_both(want, data, "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,9 +246,9 @@ def _ok_batch(width: tuple[int, int] | None = None) -> bytes:
     return _ld(1, _ld(1, b"ok") + _ld(3, _ts_v2(1, 0, width) + _ld(2, _ld(1, struct.pack("<d", 1.0)))))
 
 
-def _malformed(data: bytes, window: int = 65_536) -> MalformedBatchError:
+def _malformed(data: bytes) -> MalformedBatchError:
     """The error both decoders raise for ``data``, checked to agree on batch and channel."""
-    with pytest.raises(MalformedBatchError) as fast, _small_windows(window):
+    with pytest.raises(MalformedBatchError) as fast:
         decode_write_batches_v2(data)
     with pytest.raises(MalformedBatchError) as slow:
         ref.decode(data)
@@ -314,40 +264,37 @@ def test_points_type_not_set_names_batch_and_channel() -> None:
     assert "points type not set" in _malformed(_ld(1, _ld(1, b"none"))).reason
 
 
-@WINDOWS
 @pytest.mark.parametrize("with_doubles", [False, True])
-def test_log_points_are_refused(with_doubles: bool, window: int) -> None:
+def test_log_points_are_refused(with_doubles: bool) -> None:
     # LogPoints { repeated LogPoint points = 1 }, LogPoint { Timestamp timestamp = 1; LogValue value = 2 }.
     log = _ld(4, _ld(1, _ld(1, _varint(8) + _varint(1)) + _ld(2, _ld(1, b"hello"))))
     doubles = _ld(2, _ld(1, struct.pack("<d", 1.0))) if with_doubles else b""
     data = _ok_batch() + _ld(1, _ld(3, _ts_v2(1, 0) + doubles + log) + _ld(1, b"logs"))
-    err = _malformed(data, window)
+    err = _malformed(data)
     assert (err.index, err.channel) == (1, "logs")
     assert "log points are not stored" in err.reason
 
 
-@WINDOWS
 # The 5-byte fixed form holds nanos below 2**35 only.
 @pytest.mark.parametrize(
     ("form", "nanos"),
     [("fixed", 10**9), ("fixed", 2**32 + 5), *(("canonical", n) for n in (10**9, -1, 2**32 + 5, 2**62))],
 )
-def test_nanos_outside_a_second_are_refused(nanos: int, form: str, window: int) -> None:
+def test_nanos_outside_a_second_are_refused(nanos: int, form: str) -> None:
     # In the fixed form the whole request is numeric and fixed-width: the whole-request fast path.
     width = (5, 5) if form == "fixed" else None
     points = _ts_v2(1, 0, width) + _ts_v2(1, nanos, width) + _ld(5, _ld(1, _varint(1) + _varint(2)))
-    err = _malformed(_ok_batch(width) + _ld(1, _ld(1, b"n") + _ld(3, points)), window)
+    err = _malformed(_ok_batch(width) + _ld(1, _ld(1, b"n") + _ld(3, points)))
     assert (err.index, err.channel) == (1, "n")
     assert "nanos" in err.reason and "outside [0, 1e9)" in err.reason
 
 
-@WINDOWS
 @pytest.mark.parametrize("sec", [2**34, -(2**34), 9_223_372_037])
-def test_timestamp_outside_int64_nanoseconds_is_refused(sec: int, window: int) -> None:
+def test_timestamp_outside_int64_nanoseconds_is_refused(sec: int) -> None:
     fixed = _ts_v2(sec, 0, (10, 5)) if sec < 0 else _ts_v2(sec, 0, (5, 5))
     for entry in (fixed, _ts_v2(sec, 0)):
         data = _ld(1, _ld(1, b"far") + _ld(3, entry + _ld(2, _ld(1, struct.pack("<d", 1.0)))))
-        assert "outside the int64 nanosecond range" in _malformed(data, window).reason
+        assert "outside the int64 nanosecond range" in _malformed(data).reason
 
 
 @pytest.mark.parametrize("member", [2, 3, 5, 6, 7, 8])
@@ -422,16 +369,15 @@ _MUTATION_BASES = [encode_write_batches_v2(RID, EDGE), ref.encode(RID, EDGE)]
 
 
 @settings(max_examples=EXAMPLES * 4, deadline=None)
-@given(st.sampled_from(_MUTATION_BASES), st.data(), st.sampled_from([24, 65_536]))
-def test_spliced_requests_agree_with_upb(base: bytes, draw: st.DataObject, window: int) -> None:
+@given(st.sampled_from(_MUTATION_BASES), st.data())
+def test_spliced_requests_agree_with_upb(base: bytes, draw: st.DataObject) -> None:
     # Each splice replaces up to 4 bytes by up to 4 others: a changed, dropped or inserted byte.
     data = base
     for _ in range(draw.draw(st.integers(1, 3))):
         start = draw.draw(st.integers(0, len(data)))
         stop = draw.draw(st.integers(start, min(len(data), start + 4)))
         data = data[:start] + draw.draw(st.binary(max_size=4)) + data[stop:]
-    with _small_windows(window):
-        _assert_agrees_with_upb(data)
+    _assert_agrees_with_upb(data)
 
 
 @pytest.mark.parametrize(
@@ -469,5 +415,3 @@ def test_a_packed_header_cut_at_the_end_of_the_request_is_a_decode_error(form: s
 def test_a_form_without_a_source_name_field_refuses_one() -> None:
     with pytest.raises(ValueError, match="no source name field"):
         encode_columns(v2.WRITE_BATCHES_V2, RID, EDGE[:1], "source")
-    with pytest.raises(ValueError, match="no source name field"):
-        request_overhead_bytes(RID, "source", layout=v2.WRITE_BATCHES_V2)
