@@ -61,6 +61,7 @@ from beam_nominal.beam._elements import (
     reader_for,
 )
 from beam_nominal.beam._metrics import MeasuredTarget, SinkMetrics
+from beam_nominal.beam._rows import Field, RowOptions
 from beam_nominal.settings import resolve
 from beam_nominal.targets.avro_prefix import is_prefix
 from beam_nominal.targets.base import FIRST_CONTACT_TIMEOUT, first_contact
@@ -104,6 +105,9 @@ class SinkConfig:
     source_name: str | None = None
     #: Keywords for the target a URL names (``format``, ``fallback_to_row`` for HTTP).
     target_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: How wide rows become points (_rows.py), and the input's schema where Beam knows it.
+    rows: RowOptions | None = None
+    schema: tuple[Field, ...] | None = None
 
 
 def resolve_token(token: Any) -> str | Callable[[], str] | None:
@@ -349,7 +353,8 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
 
     def _reader(self, element: Any) -> Reader:
         cls = type(element)
-        read = reader_for(element, self._batch, self._timestamp_field)
+        config = self._config
+        read = reader_for(element, self._batch, self._timestamp_field, config.rows, config.schema)
         self._readers[cls] = read
         if issubclass(cls, tuple) and is_point_fields(getattr(cls, "_fields", ()), self._timestamp_field):
             self._points.add(cls)  # its instances are points as they are (see process)
@@ -488,7 +493,10 @@ class ToChunksDoFn(beam.DoFn):
         # One element per batch: a chunk must not carry a type pinned by another element.
         batch.clear()
         try:
-            read = self._readers.get(type(element)) or reader_for(element, batch, self._config.timestamp_field)
+            config = self._config
+            read = self._readers.get(type(element)) or reader_for(
+                element, batch, config.timestamp_field, config.rows, config.schema
+            )
             self._readers[type(element)] = read
             read(element)
         except ELEMENT_ERRORS as exc:

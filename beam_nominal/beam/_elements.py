@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 from beam_nominal._pipeline.frames import is_frame
 from beam_nominal._pipeline.staging import ElementError, PointBatch, is_column
+from beam_nominal.beam import _rows
 
 __all__ = ["ELEMENT_ERRORS", "SHAPE_FIELDS", "ElementError", "FailedElement", "is_point_fields", "is_row", "reader_for"]
 
@@ -100,11 +101,19 @@ def is_row(element: Any) -> bool:
     return cls.__name__ == "Row" and cls.__module__.startswith("apache_beam")
 
 
-def reader_for(element: Any, batch: PointBatch, timestamp_field: str) -> Reader:
+def reader_for(
+    element: Any,
+    batch: PointBatch,
+    timestamp_field: str,
+    rows: _rows.RowOptions | None = None,
+    schema: tuple[_rows.Field, ...] | None = None,
+) -> Reader:
     """The reader for elements of ``type(element)``, appending to ``batch``.
 
     A reader may assume the fast path already refused the element when it is a plain tuple
-    (``_dofn.WriteDoFn.process`` tries that first).
+    (``_dofn.WriteDoFn.process`` tries that first). With ``rows``, wide ``beam.Row`` and
+    NamedTuple elements (and dicts, if ``rows`` shapes them) are read by :mod:`._rows`, typed
+    by ``schema`` where it has their fields; points and series keep their readers.
 
     Raises:
         ElementError: the class is not an element shape.
@@ -113,6 +122,8 @@ def reader_for(element: Any, batch: PointBatch, timestamp_field: str) -> Reader:
     if cls is tuple or cls is list:
         return _tuple_reader(batch)
     if cls is dict:
+        if rows is not None and rows.shaping:
+            return _rows.rows_by_names(batch, rows, schema, dict, _mapping_reader(batch, timestamp_field, None))
         return _mapping_reader(batch, timestamp_field, None)
     if isinstance(element, Mapping):
         # Read as a plain dict: looking a key up in some mappings adds it (defaultdict).
@@ -122,9 +133,16 @@ def reader_for(element: Any, batch: PointBatch, timestamp_field: str) -> Reader:
         # anything with __arrow_c_stream__ (frames.as_table).
         return lambda table: batch.add_table(table, timestamp_field)
     if isinstance(element, tuple) and hasattr(cls, "_fields"):
+        if rows is not None:
+            wide = _rows.fixed_reader(batch, cls._fields, rows, schema, _asdict)
+            if wide is not None:
+                return wide
         return _named_reader(batch, list(cls._fields), timestamp_field)
     if is_row(element):
         # A Row's fields are its __dict__: read in place, where as_dict() would copy them.
+        if rows is not None:
+            # One class for Rows of any fields: the layout is found per set of field names.
+            return _rows.rows_by_names(batch, rows, schema, vars, _mapping_reader(batch, timestamp_field, vars))
         return _mapping_reader(batch, timestamp_field, vars)
     raise ElementError(
         "element",
@@ -132,6 +150,10 @@ def reader_for(element: Any, batch: PointBatch, timestamp_field: str) -> Reader:
         "NamedTuple, beam.Row) or a table (pyarrow Table, pandas or polars DataFrame, pandas Series); "
         "README.md, 'Element shapes'",
     )
+
+
+def _asdict(e: Any) -> Any:
+    return e._asdict()
 
 
 def _tuple_reader(batch: PointBatch) -> Reader:

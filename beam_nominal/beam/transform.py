@@ -18,7 +18,7 @@ import atexit
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import apache_beam as beam
@@ -29,6 +29,7 @@ from apache_beam.transforms.window import FixedWindows, GlobalWindows, Sessions,
 from beam_nominal._pipeline.staging import PointBatch
 from beam_nominal.beam._dofn import FAILED_TAG, SinkConfig, ToChunksDoFn, WriteChunksDoFn, WriteDoFn
 from beam_nominal.beam._elements import SHAPE_FIELDS as _SHAPE_FIELDS
+from beam_nominal.beam._rows import RowOptions, RowSchemaError, is_wide, layout, schema_fields
 from beam_nominal.model import check_timezone
 from beam_nominal.settings import resolve
 from beam_nominal.targets._factory import http_options
@@ -130,6 +131,13 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
     ``(timestamp, {channel: value}[, tags])`` or a flat dict/Row/NamedTuple with a timestamp field
     and one field per channel, or a pyarrow Table/RecordBatch with a timestamp column.
 
+    Schema'd wide rows (``beam.Row``, NamedTuple-typed PCollections; what Beam YAML, Beam SQL and
+    the DataFrame API's ``to_pcollection`` hand over), e.g. ``Row(t=..., rpm=..., oil=...,
+    mode='A')``: one point per non-null channel field, typed by the schema (int64 stays int64,
+    double double, str string; a null is no point). ``timestamp_field``, ``channel_fields``,
+    ``tag_fields`` and ``channel_prefix`` say which field is which; with a known schema they are
+    checked against it when the pipeline is built.
+
     Delivery is at-least-once: a bundle finishes only once every point in it is acknowledged,
     otherwise it raises and the runner retries it. Retried bundles re-send byte-identical requests
     with the same idempotency keys.
@@ -147,7 +155,14 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             deployment serves) or ``"columnar"``.
         fallback_to_row: with ``format="columnar"``, switch to row if the server does not serve
             the columnar endpoint (404/415) instead of failing.
-        timestamp_field: name of the timestamp field/column of elements.
+        timestamp_field: name of the timestamp field/column of elements. ``None`` (default):
+            ``timestamp``; for wide rows the one field named ``timestamp``, ``time`` or ``t``,
+            or else the one field of a timestamp type (several: refused, name one).
+        channel_fields: the fields of wide rows that are channels (default: all but the
+            timestamp, the tag fields and a ``tags`` mapping).
+        tag_fields: fields of wide rows whose values (text or integers) become tags of the row's
+            points.
+        channel_prefix: put before every channel name of wide rows (``"engine."``).
         timezone: the zone naive timestamps are readings in (``"UTC"``, an IANA name such as
             ``"Europe/Berlin"``, a fixed offset ``"+02:00"``). ``None`` (default): a naive
             timestamp (a naive ``datetime`` or pandas ``Timestamp``, an ISO string without an
@@ -185,7 +200,10 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         *,
         format: str | None = None,
         fallback_to_row: bool = False,
-        timestamp_field: str = "timestamp",
+        timestamp_field: str | None = None,
+        channel_fields: Sequence[str] | None = None,
+        tag_fields: Sequence[str] = (),
+        channel_prefix: str = "",
         timezone: str | None = None,
         tags: Mapping[str, str] | None = None,
         local_data_dir: str | os.PathLike[str] | None = None,
@@ -208,7 +226,7 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         target_options.update(_file_options(target, dataset_rid, max_file_bytes, codec))
         if target is None and local_data_dir is None:
             local_data_dir = DEFAULT_LOCAL_DATA_DIR
-        if not isinstance(timestamp_field, str) or not timestamp_field:
+        if timestamp_field is not None and (not isinstance(timestamp_field, str) or not timestamp_field):
             raise ValueError(f"timestamp_field must be a non-empty string, got {timestamp_field!r}")
         if timestamp_field in _SHAPE_FIELDS:
             # Such a field would mean two things in one element (a point's tags and its time).
@@ -216,6 +234,12 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
                 f"timestamp_field {timestamp_field!r} is a field name of the element shapes "
                 f"({', '.join(sorted(_SHAPE_FIELDS))}); name the timestamp field otherwise"
             )
+        rows = RowOptions(
+            timestamp_field=timestamp_field,
+            channel_fields=channel_fields,  # type: ignore[arg-type]  # RowOptions checks and makes it a tuple
+            tag_fields=tag_fields,  # type: ignore[arg-type]
+            channel_prefix=channel_prefix,
+        )
         check_timezone(timezone, "WriteToNominal timezone")
         if cross_bundle_batching is not None and not isinstance(cross_bundle_batching, bool):
             raise TypeError(f"cross_bundle_batching must be True, False or None, got {cross_bundle_batching!r}")
@@ -238,7 +262,8 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         self._target = target
         self._dataset_rid = dataset_rid
         self._token = token
-        self._timestamp_field = timestamp_field
+        self._timestamp_field = timestamp_field or "timestamp"
+        self._rows = rows
         self._timezone = timezone
         self._tags = dict(tags) if tags else None
         self._local_data_dir = local_data_dir
@@ -260,7 +285,8 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         )
         return {"target": shown, "dataset_rid": self._dataset_rid or DEFAULT_LOCAL_DATASET}
 
-    def _config(self, pipeline: beam.Pipeline) -> SinkConfig:
+    def _config(self, pcoll: PCollection[Any]) -> SinkConfig:
+        pipeline = pcoll.pipeline
         target: Any = self._target
         dataset_rid = self._dataset_rid
         if target is None:
@@ -289,10 +315,34 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             timezone=self._timezone,
             tags=self._tags,
             target_options=self._target_options,
+            **self._row_config(pcoll),
         )
 
+    def _row_config(self, pcoll: PCollection[Any]) -> dict[str, Any]:
+        """The rows options and the input's schema for the DoFn; with a known schema, checked now.
+
+        Rows whose schema is a point or series keep the element readers (no rows step).
+        """
+        options = self._rows
+        schema = schema_fields(pcoll.element_type)
+        if schema is None:
+            return {"rows": options, "schema": None}
+        names = [f.name for f in schema]
+        if not is_wide(names, options):
+            if options.shaping:
+                raise ValueError(
+                    f"WriteToNominal: channel_fields, tag_fields and channel_prefix apply to wide rows (a timestamp "
+                    f"and a field per channel); the input's schema {names} is a point or series: leave them unset"
+                )
+            return {"rows": None, "schema": None}
+        try:
+            layout(names, options, schema)
+        except RowSchemaError as exc:
+            raise ValueError(f"WriteToNominal: the input's schema {names}: {exc}") from None
+        return {"rows": options, "schema": schema}
+
     def expand(self, pcoll: PCollection[Any]) -> WriteToNominalResult:
-        config = self._config(pcoll.pipeline)
+        config = self._config(pcoll)
         cross_bundle = self._cross_bundle
         windows = _windows_per_element(pcoll)
         # Prism (Beam 2.77) loses elements of GroupIntoBatches.WithShardedKey with a buffering

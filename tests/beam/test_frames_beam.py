@@ -124,3 +124,31 @@ def test_beam_dataframe_api_output_lands_as_rows_and_as_frames(server: Any) -> N
     }
     got = _read(server)
     assert {k: (vt, sorted(pts)) for k, (vt, pts) in got.items()} == want
+
+
+def test_dataframe_api_rows_take_tag_fields_and_a_prefix(server: Any) -> None:
+    """``to_pcollection``'s rows are schema'd (numpy-typed): the timestamp found by name (``t``),
+    int64 past 2**53 kept, a text column as a tag, channel names prefixed."""
+    rows = [beam.Row(t=T0 + i, rpm=2400.0 + i, count=2**62 + i, mode="A" if i < 2 else "B") for i in range(3)]
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        df = to_dataframe(p | beam.Create(rows))
+        df["half"] = df["rpm"] / 2
+        result = to_pcollection(df) | WriteToNominal(
+            server.target, dataset_rid=RID, tag_fields=["mode"], channel_prefix="df."
+        )
+        assert_that(result.failed, _check_none)
+    got = {}
+    for info in server.store.list_series(RID):
+        table = server.store.read(RID, info.channel, info.tags).to_pydict()
+        got[(info.channel, dict(info.tags)["mode"])] = (
+            info.value_type.value,
+            sorted(zip(table["timestamp"], table["value"], strict=True)),
+        )
+    assert got == {
+        ("df.rpm", "A"): ("double", [(T0, 2400.0), (T0 + 1, 2401.0)]),
+        ("df.rpm", "B"): ("double", [(T0 + 2, 2402.0)]),
+        ("df.count", "A"): ("int64", [(T0, 2**62), (T0 + 1, 2**62 + 1)]),
+        ("df.count", "B"): ("int64", [(T0 + 2, 2**62 + 2)]),
+        ("df.half", "A"): ("double", [(T0, 1200.0), (T0 + 1, 1200.5)]),
+        ("df.half", "B"): ("double", [(T0 + 2, 1201.0)]),
+    }
