@@ -9,12 +9,11 @@ refused; README.md's YAML example as printed."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _yaml_run import CSV_WANT, T0, TOKEN_VAR, csv_pipeline, read_back, run_yaml
+from _yaml_run import CSV_WANT, README_WANT, T0, TOKEN_VAR, csv_pipeline, read_back, readme_yaml, run_yaml
 
 import beam_nominal.yaml as nominal_yaml
 from beam_nominal.server import LocalServer, LocalStore
@@ -120,21 +119,9 @@ def test_config_checks_at_construction() -> None:
     assert "GcpSecret" not in repr(secret)
 
 
-def readme_yaml() -> str:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Beam YAML") :]
-    block = re.search(r"^```yaml\n(.*?)^```", section, flags=re.S | re.M)
-    assert block is not None
-    return block.group(1)
-
-
 def test_the_readme_yaml_example_runs_as_printed(tmp_path: Path) -> None:
     """README.md's example as printed (Create, embedded local server), then its data read back."""
     done = run_yaml(readme_yaml(), tmp_path, FN_API)
     assert done.returncode == 0, done.stderr[-4000:]
     got = read_back(LocalStore(tmp_path / "nominal-data"), "ri.beam-nominal.local.dataset")
-    assert got == {
-        ("engine.rpm", (("mode", "taxi"),)): ("double", [(T0, 2400.5)]),
-        ("engine.rpm", (("mode", "climb"),)): ("double", [(T0 + 1_000_000_000, 2650.0)]),
-        ("engine.oil", (("mode", "taxi"),)): ("int64", [(T0, 9007199254740993)]),
-    }
+    assert got == README_WANT

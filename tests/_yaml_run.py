@@ -4,12 +4,13 @@ process, importing this checkout; and reading back what it wrote to the local se
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 TOKEN_VAR = "BEAM_NOMINAL_TEST_TOKEN"
 
 
@@ -81,3 +82,20 @@ pipeline:
       config: {{path: {work / "errors.json"}}}
 {providers}
 """
+
+
+def readme_yaml() -> str:
+    """README.md's Beam YAML example, as printed."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Beam YAML") :]
+    block = re.search(r"^```yaml\n(.*?)^```", section, flags=re.S | re.M)
+    assert block is not None
+    return block.group(1)
+
+
+#: What README.md's example lands as, in the embedded server's default dataset.
+README_WANT = {
+    ("engine.rpm", (("mode", "taxi"),)): ("double", [(T0, 2400.5)]),
+    ("engine.rpm", (("mode", "climb"),)): ("double", [(T0 + S, 2650.0)]),
+    ("engine.oil", (("mode", "taxi"),)): ("int64", [(T0, 9007199254740993)]),
+}
