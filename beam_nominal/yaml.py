@@ -76,13 +76,13 @@ def _token(token_env: str | None, token_secret: str | None) -> Any:
     if token_env is not None:
         return EnvToken(token_env)
     if token_secret is not None:
-        from apache_beam.utils.secret import Secret
+        from apache_beam.transforms.util import Secret  # where every Beam this package supports has it
 
         if not isinstance(token_secret, str):
             raise ValueError(f"token_secret must be a Beam secret string, got {type(token_secret).__name__}")
         try:
             return Secret.parse_secret_option(token_secret)
-        except ValueError as exc:
+        except (ValueError, IndexError) as exc:  # Beam 2.72 raises IndexError for a part without a colon
             # The string names a secret, it is not one: shown so the mistake can be found.
             raise ValueError(
                 f"WriteToNominal: token_secret {token_secret!r} is not a Beam secret string "

@@ -20,7 +20,8 @@ def run_yaml(
     """Run ``pipeline`` (YAML text) from ``work``; returns the finished process."""
     path = work / "pipeline.yaml"
     path.write_text(pipeline)
-    environ = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    environ = {**os.environ, "PYTHONPATH": pythonpath, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "apache_beam.yaml.main", f"--yaml_pipeline_file={path}", *options],
         cwd=work,
