@@ -31,7 +31,6 @@ says: a timestamp field and one field per channel, or points ``(channel, timesta
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -41,53 +40,24 @@ from apache_beam.pvalue import PCollection, Row
 from apache_beam.typehints.row_type import RowTypeConstraint
 
 from beam_nominal.beam import FailedElement, WriteToNominal
+from beam_nominal.beam._tokens import EnvToken, secret_token
 
-__all__ = ["PROVIDERS", "EnvToken", "write_to_nominal"]
+__all__ = ["PROVIDERS", "write_to_nominal"]
 
 #: The provider file shipped with the package, for a pipeline's ``providers: [{include: ...}]``.
 PROVIDERS = str(Path(__file__).with_name("providers.yaml"))
 
 
-class EnvToken:
-    """A token read from an environment variable where the pipeline runs (on each worker, in
-    the DoFn's ``setup``): only the variable's name travels in the pipeline."""
-
-    def __init__(self, name: str) -> None:
-        if not isinstance(name, str) or not name or "=" in name:
-            raise ValueError(f"token_env must name an environment variable, got {name!r:.80}")
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"EnvToken({self.name!r})"
-
-    def get_secret_bytes(self) -> bytes:
-        value = os.environ.get(self.name)
-        if not value:
-            raise ValueError(
-                f"WriteToNominal: token_env names {self.name}, which is not set (or empty) where the pipeline "
-                f"runs; set {self.name} in the workers' environment"
-            )
-        return value.encode("utf-8")
-
-
 def _token(token_env: str | None, token_secret: str | None) -> Any:
     if token_env is not None and token_secret is not None:
         raise ValueError("WriteToNominal: give token_env or token_secret, not both")
-    if token_env is not None:
-        return EnvToken(token_env)
-    if token_secret is not None:
-        from apache_beam.transforms.util import Secret  # where every Beam this package supports has it
-
-        if not isinstance(token_secret, str):
-            raise ValueError(f"token_secret must be a Beam secret string, got {type(token_secret).__name__}")
-        try:
-            return Secret.parse_secret_option(token_secret)
-        except (ValueError, IndexError) as exc:  # Beam 2.72 raises IndexError for a part without a colon
-            # The string names a secret, it is not one: shown so the mistake can be found.
-            raise ValueError(
-                f"WriteToNominal: token_secret {token_secret!r} is not a Beam secret string "
-                f"('type:GcpSecret;version_name:projects/P/secrets/S/versions/V'): {exc}"
-            ) from None
+    try:
+        if token_env is not None:
+            return EnvToken(token_env)
+        if token_secret is not None:
+            return secret_token(token_secret)
+    except ValueError as exc:
+        raise ValueError(f"WriteToNominal: token_{'env' if token_env is not None else 'secret'}: {exc}") from None
     return None
 
 

@@ -101,7 +101,7 @@ pipeline:
 {INLINE}"""
     done = run_yaml(pipeline, tmp_path, FN_API, env={"BEAM_NOMINAL_TEST_UNSET_VAR": ""})
     assert done.returncode != 0
-    assert "token_env names BEAM_NOMINAL_TEST_UNSET_VAR, which is not set" in done.stderr, done.stderr[-4000:]
+    assert "environment variable BEAM_NOMINAL_TEST_UNSET_VAR is not set" in done.stderr, done.stderr[-4000:]
 
 
 def test_config_checks_at_construction() -> None:
