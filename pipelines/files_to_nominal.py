@@ -32,6 +32,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from beam_nominal.beam._tokens import token_from_spec
 from pipelines._read import (
     COLUMN_TYPES,
     FIXES,
@@ -49,7 +50,18 @@ from pipelines._read import (
     match_glob,
 )
 
-__all__ = ["FORMATS", "NAMESPACE", "PROGRESS", "build", "format_of", "main", "parse_args", "summary"]
+__all__ = [
+    "FORMATS",
+    "NAMESPACE",
+    "PROGRESS",
+    "build",
+    "format_of",
+    "launch",
+    "main",
+    "make_parser",
+    "parse_args",
+    "summary",
+]
 
 
 def _is_failure(x: Any) -> bool:
@@ -78,6 +90,13 @@ def _count_file(f: Any) -> Any:
 
 def _is_url(target: str) -> bool:
     return target.split("://", 1)[0].lower() in ("http", "https", "grpc", "grpcs")
+
+
+def token(args: argparse.Namespace) -> Any:
+    """The token WriteToNominal gets: the workers read ``--token-secret``; ``--token-env`` is read here."""
+    if args.token_secret is not None:
+        return token_from_spec(args.token_secret)
+    return os.environ.get(args.token_env) if args.token_env else None
 
 
 def options(args: argparse.Namespace) -> Options:
@@ -123,7 +142,7 @@ def build(p: Any, args: argparse.Namespace, failed_output: str | None = None) ->
         >> WriteToNominal(
             args.target,
             dataset_rid=args.dataset_rid,
-            token=os.environ.get(args.token_env) if args.token_env else None,
+            token=token(args),
             tags=dict(t.split("=", 1) for t in args.tag) if args.tag else None,
             local_data_dir=args.data_dir,
         )
@@ -147,7 +166,15 @@ def build(p: Any, args: argparse.Namespace, failed_output: str | None = None) ->
     return result
 
 
-def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
+def _underscored(option: str) -> list[str]:
+    """``--dataset-rid`` and its alias ``--dataset_rid``: the spelling of Beam's own options and of
+    Dataflow Flex Template parameters (pipelines/templates/files_to_nominal/metadata.json)."""
+    name = option[2:]
+    return [option, "--" + name.replace("-", "_")] if "-" in name else [option]
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The command line's options (``parse_args`` adds the checks across them)."""
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.files_to_nominal",
         description="Write telemetry files (CSV, Parquet, JSON-lines, nominal-streaming Avro) to Nominal "
@@ -168,9 +195,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
         default="long",
         help="long: channel,timestamp,value rows; wide: one column per channel",
     )
-    parser.add_argument("--timestamp-column", default="timestamp")
+    parser.add_argument(*_underscored("--timestamp-column"), default="timestamp")
     parser.add_argument(
-        "--timestamp-unit",
+        *_underscored("--timestamp-unit"),
         choices=tuple(UNIT_NS),
         default=None,
         help="unit of numeric timestamps. Default: inferred from their magnitude where it names one unit "
@@ -182,12 +209,12 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
         help="zone of timestamps written without one (ISO text without an offset, Parquet timestamps "
         "without a tz): UTC, +02:00, Europe/Berlin. Default: such rows fail",
     )
-    parser.add_argument("--channel-column", default="channel", help="long layout: channel name column")
-    parser.add_argument("--value-column", default="value", help="long layout: value column")
-    parser.add_argument("--tags-column", default=None, help="long layout: column of JSON tag objects")
+    parser.add_argument(*_underscored("--channel-column"), default="channel", help="long layout: channel name column")
+    parser.add_argument(*_underscored("--value-column"), default="value", help="long layout: value column")
+    parser.add_argument(*_underscored("--tags-column"), default=None, help="long layout: column of JSON tag objects")
     parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="tag every series")
     parser.add_argument(
-        "--column-type",
+        *_underscored("--column-type"),
         action="append",
         default=[],
         metavar="NAME=TYPE",
@@ -203,25 +230,45 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
         help="https://host/api, grpc(s)://host:port, a .avro path, or a prefix ending in / (local "
         "directory, gs://bucket/dir/ ...) for ingest-ready Avro files; none = embedded local server",
     )
-    parser.add_argument("--dataset-rid", default=None, help="dataset to write (required with --target)")
-    parser.add_argument("--token-env", default="NOMINAL_TOKEN", help="environment variable holding the token")
-    parser.add_argument("--data-dir", default="nominal-data", help="embedded server data directory")
+    parser.add_argument(*_underscored("--dataset-rid"), default=None, help="dataset to write (required with --target)")
     parser.add_argument(
-        "--failed-output",
+        *_underscored("--token-env"),
+        default="NOMINAL_TOKEN",
+        help="environment variable holding the token, read where the job is launched (the token then travels "
+        "in the job's graph: on remote workers give --token-secret instead)",
+    )
+    parser.add_argument(
+        *_underscored("--token-secret"),
+        default=None,
+        metavar="SPEC",
+        help="where the workers read the token, instead of --token-env: a Beam secret string "
+        "('type:GcpSecret;version_name:projects/P/secrets/S/versions/V') or env:NAME (an environment "
+        "variable of the workers)",
+    )
+    parser.add_argument(*_underscored("--data-dir"), default="nominal-data", help="embedded server data directory")
+    parser.add_argument(
+        *_underscored("--failed-output"),
         default=None,
         help="path prefix for what was not written: PREFIX-rows-*.failed.jsonl (rows and files: file, "
         "row, line, column, raw text, reason; give the fixed file as --input to write its rows) and "
         "PREFIX-elements-*.jsonl",
     )
     parser.add_argument(
-        "--max-bad-rows",
+        *_underscored("--max-bad-rows"),
         type=int,
         default=0,
         metavar="N",
         help="exit 0 with up to N failed rows, files and elements (default 0: any failure exits 2)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
-    parser.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS", help=argparse.SUPPRESS)
+    parser.add_argument(
+        *_underscored("--progress-every"), type=float, default=5.0, metavar="SECONDS", help=argparse.SUPPRESS
+    )
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    parser = make_parser()
     args, rest = parser.parse_known_args(argv)
     for t in args.tag:
         if "=" not in t:
@@ -234,6 +281,11 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
         parser.error(f"--target {args.target} needs --dataset-rid: the dataset to write into")
     if args.max_bad_rows < 0:
         parser.error(f"--max-bad-rows {args.max_bad_rows} is negative")
+    if args.token_secret is not None:
+        try:
+            token_from_spec(args.token_secret)
+        except ValueError as exc:
+            parser.error(f"--token-secret: {exc}")
     try:
         options(args)
     except ValueError as exc:
@@ -306,6 +358,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     text, code = summary(args, m, elapsed, samples)
     print(text)
     return code
+
+
+def launch(argv: Sequence[str] | None = None) -> int:
+    """Submit the job and return once the runner has it, without waiting for it to finish: the
+    Dataflow Flex Template's entry (pipelines/templates/files_to_nominal/launch.py), whose
+    launcher must exit after submitting. Its workers are remote, so ``--target`` is required.
+    """
+    args, beam_args = parse_args(argv)
+    if not args.target:
+        make_parser().error(
+            "a launched job runs on remote workers, which cannot reach an embedded local server: give "
+            "--target (https://<your Nominal>/api, grpcs://host:port, or gs://bucket/dir/ for Avro files) "
+            "and --dataset-rid"
+        )
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    p = beam.Pipeline(options=PipelineOptions(beam_args))
+    build(p, args, args.failed_output)
+    p.run()
+    return 0
 
 
 def _samples(prefix: str, per_category: int = 3) -> dict[str, list[dict[str, Any]]]:
