@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from beam_nominal._pipeline.staging import ElementError, PointBatch
+from beam_nominal.model import is_missing
 
 __all__ = [
     "TIMESTAMP_NAMES",
@@ -156,7 +157,10 @@ def schema_fields(element_type: Any) -> tuple[Field, ...] | None:
     try:
         if is_named:
             # Resolved, where Beam reads __annotations__ as written (text under postponed evaluation).
-            named = list(typing.get_type_hints(element_type).items())
+            hints = typing.get_type_hints(element_type)
+            if set(hints) != set(element_type._fields):
+                return None  # a namedtuple without annotations: no schema
+            named = [(name, hints[name]) for name in element_type._fields]
         else:
             named = named_fields_from_element_type(element_type)
     except (TypeError, ValueError, KeyError, NameError):
@@ -185,8 +189,12 @@ def _to_double(value: Any) -> Any:
     if isinstance(value, (float, np.floating)):
         return float(value)
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
-        as_float = float(value)
-        if int(as_float) != value:
+        exact = int(value)  # compared as Python ints: numpy may compare int64 through a double
+        try:
+            as_float = float(exact)
+        except OverflowError:
+            as_float = float("inf")  # refused below, as any integer a double cannot hold
+        if as_float in (float("inf"), float("-inf")) or int(as_float) != exact:
             raise ValueError(f"{value} has no exact double; make the field int64 or round it first")
         return as_float
     raise TypeError(f"expected a double, got {type(value).__name__} {value!r:.80}")
@@ -319,7 +327,7 @@ def record(m: Mapping[str, Any], lay: RowLayout) -> tuple[Any, dict[str, Any], d
     values: dict[str, Any] = {}
     for name, channel, convert in lay.channels:
         value = m[name]
-        if value is not None and convert is not None:
+        if convert is not None and not is_missing(value):
             try:
                 value = convert(value)
             except (TypeError, ValueError) as exc:

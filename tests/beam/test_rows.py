@@ -10,13 +10,16 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 import apache_beam as beam
+import numpy as np
+import pandas as pd
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that
 from apache_beam.utils.timestamp import Timestamp
 
+from beam_nominal._pipeline.staging import ElementError
 from beam_nominal.beam import FailedElement, WriteToNominal
-from beam_nominal.beam._rows import RowOptions, layout
+from beam_nominal.beam._rows import RowOptions, layout, record, schema_fields
 from beam_nominal.server import LocalServer
 
 RID = "ri.rows.beam"
@@ -185,3 +188,27 @@ def test_layout_keeps_a_tags_mapping_and_field_order() -> None:
     lay = layout(["tags", "b", "t", "a"], RowOptions(channel_prefix="p."))
     assert lay.timestamp == "t" and lay.tags_mapping
     assert [(f, c) for f, c, _ in lay.channels] == [("b", "p.b"), ("a", "p.a")]
+
+
+def test_record_refuses_what_its_field_type_cannot_hold_and_skips_missing_values() -> None:
+    schema = schema_fields(Reading)
+    assert schema is not None
+    lay = layout([f.name for f in schema], RowOptions(tag_fields=["label"]), schema)
+    assert record({"time": T0, "oil": np.int64(3), "gear": pd.NA, "label": "a"}, lay) == (
+        T0,
+        {"oil": 3.0, "gear": pd.NA},
+        {"label": "a"},
+    )
+    for oil, gear, field, why in [
+        (10**400, 1, "oil", "no exact double"),
+        (np.int64(2**63 - 1), 1, "oil", "no exact double"),
+        (1.5, float("nan"), "gear", "expected an int64, got float nan"),
+        (1.5, np.float64(2.0), "gear", "expected an int64, got float64"),
+        ("1.5", 1, "oil", "expected a double, got str"),
+        (1.5, True, "gear", "expected an int64, got bool"),
+    ]:
+        with pytest.raises(ElementError, match=why) as info:
+            record({"time": T0, "oil": oil, "gear": gear, "label": "a"}, lay)
+        assert info.value.field == field
+    with pytest.raises(ElementError, match="tag field 'label' holds float"):
+        record({"time": T0, "oil": 1.0, "gear": 1, "label": 2.5}, lay)
