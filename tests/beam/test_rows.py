@@ -54,13 +54,19 @@ def _run(elements: list[Any], write: WriteToNominal, check: Any = _none, typed: 
         assert_that((pcoll | write).failed, check)
 
 
-def test_wide_rows_land_typed_by_schema_with_tags_prefix_and_nulls(server: Any) -> None:
+@pytest.mark.parametrize("cross_bundle", [False, True])
+def test_wide_rows_land_typed_by_schema_with_tags_prefix_and_nulls(server: Any, cross_bundle: bool) -> None:
     rows = [
         beam.Row(t=T0 + i, rpm=2400.5 + i, count=BIG + i if i != 1 else None, mode="A" if i < 2 else "B", unit=7)
         for i in range(3)
     ]
     write = WriteToNominal(
-        server.target, dataset_rid=RID, tag_fields=["mode", "unit"], channel_prefix="engine.", tags={"site": "x"}
+        server.target,
+        dataset_rid=RID,
+        tag_fields=["mode", "unit"],
+        channel_prefix="engine.",
+        tags={"site": "x"},
+        cross_bundle_batching=cross_bundle,
     )
     _run(rows, write)
     a = (("mode", "A"), ("site", "x"), ("unit", "7"))
