@@ -135,8 +135,8 @@ def write_to_nominal(
         ``type:GcpSecret;version_name:projects/P/secrets/S/versions/1``; read on the workers.
       token: Not accepted: a token in YAML text ends up in files and logs. Use token_env or
         token_secret.
-      timestamp_field: The timestamp field of the rows. Default: the one field named
-        ``timestamp``, ``time`` or ``t``, or else the one field of a timestamp type.
+      timestamp_field: The timestamp field of the rows. Default: a field named
+        ``timestamp``, else the one field named ``time`` or ``t`` or of a timestamp type.
       channel_fields: The fields that are channels. Default: every field but the timestamp, the
         tag fields and a ``tags`` mapping.
       tag_fields: Fields whose values (text or integers) become tags of the row's points.

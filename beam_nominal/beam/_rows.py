@@ -2,8 +2,8 @@
 channel, as Beam YAML, Beam SQL and the DataFrame API's ``to_pcollection`` hand them over, e.g.
 ``Row(t=..., rpm=..., oil=..., mode='A')``, read as the wide record ``(ts, {channel: value}, tags)``.
 
-* :class:`RowOptions` says which field is the timestamp (default: the one field named
-  ``timestamp``, ``time`` or ``t``, or else the one of a timestamp type), which are channels
+* :class:`RowOptions` says which field is the timestamp (default: a field named ``timestamp``,
+  else the one field named ``time`` or ``t`` or of a timestamp type), which are channels
   (default: every other field but ``tags``), which fields' values become tags, and a prefix for
   channel names; checked when WriteToNominal is made.
 * :func:`schema_fields` reads a PCollection's schema (its element type), where Beam knows it; a
@@ -73,8 +73,8 @@ class RowOptions:
     """How wide rows become points; checked at construction, the bad value in the message.
 
     Attributes:
-        timestamp_field: the timestamp field; ``None``: the one field named ``timestamp``,
-            ``time`` or ``t``, or else the one field of a timestamp type.
+        timestamp_field: the timestamp field; ``None``: a field named ``timestamp``, else the
+            one field named ``time`` or ``t`` or of a timestamp type (several: refused).
         channel_fields: the fields that are channels; ``None``: every field but the timestamp,
             the tag fields and a ``tags`` mapping.
         tag_fields: fields whose values (text or integers) become tags of the row's points.
@@ -242,6 +242,8 @@ def _timestamp_field(names: Sequence[str], options: RowOptions, kinds: Mapping[s
             )
         return options.timestamp_field
     taken = set(options.channel_fields or ()) | set(options.tag_fields)
+    if "timestamp" in names and "timestamp" not in taken:
+        return "timestamp"  # the name every element shape uses: other fields stay channels
     candidates = [n for n in names if n not in taken and (n in TIMESTAMP_NAMES or _field_kind(kinds, n) == "timestamp")]
     if len(candidates) == 1:
         return candidates[0]

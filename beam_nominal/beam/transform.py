@@ -156,8 +156,8 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         fallback_to_row: with ``format="columnar"``, switch to row if the server does not serve
             the columnar endpoint (404/415) instead of failing.
         timestamp_field: name of the timestamp field/column of elements. ``None`` (default):
-            ``timestamp``; for wide rows the one field named ``timestamp``, ``time`` or ``t``,
-            or else the one field of a timestamp type (several: refused, name one).
+            ``timestamp``; a wide row without one: its one field named ``time`` or ``t`` or of a
+            timestamp type (several: refused, name one).
         channel_fields: the fields of wide rows that are channels (default: all but the
             timestamp, the tag fields and a ``tags`` mapping).
         tag_fields: fields of wide rows whose values (text or integers) become tags of the row's

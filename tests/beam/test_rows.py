@@ -117,6 +117,15 @@ def test_values_the_schema_cannot_hold_exactly_fail_their_element(server: Any) -
     assert _read(server) == {("oil", ()): ("double", [(T0, 1.5), (T0 + 2, 2.5)])}
 
 
+def test_a_field_named_timestamp_is_the_timestamp_beside_time_and_t(server: Any) -> None:
+    rows = [beam.Row(timestamp=T0 + i, time=float(i), t=i) for i in range(2)]
+    _run(rows, WriteToNominal(server.target, dataset_rid=RID))
+    assert _read(server) == {
+        ("time", ()): ("double", [(T0, 0.0), (T0 + 1, 1.0)]),
+        ("t", ()): ("int64", [(T0, 0), (T0 + 1, 1)]),
+    }
+
+
 def test_point_rows_keep_the_point_path(server: Any) -> None:
     rows = [beam.Row(channel="c", timestamp=T0 + i, value=float(i)) for i in range(3)]
     _run(rows, WriteToNominal(server.target, dataset_rid=RID))
