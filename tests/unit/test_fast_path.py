@@ -198,12 +198,16 @@ def test_a_failed_hand_over_on_the_fast_path_is_raised_not_taken_for_a_slow_elem
     # with it would be gone without a word.
     from beam_nominal.errors import SeriesTypeError
 
-    dofn._stream.enqueue("c", B - 5, "text")  # the stream pins "c" to string; the batch will not know
+    def failing_hand_over() -> None:
+        dofn._batch.take()  # the points left the batch, then the hand-over failed
+        raise SeriesTypeError("refused at the hand-over")
+
+    dofn._handover = failing_hand_over  # type: ignore[method-assign]
     dofn._fast_limit = 2  # hand over at the second point
     dofn._rebind()
     assert list(dofn.process(("c", B, 0.5))) == []  # new to the batch: its reader pins it double
     assert dofn._batch.fast == {"c": 0}
-    with pytest.raises(SeriesTypeError):
+    with pytest.raises(SeriesTypeError, match="at the hand-over"):
         dofn.process(("c", B + 1, 0.5))
     assert len(dofn._batch.doubles) == 0
 

@@ -295,7 +295,7 @@ def test_an_error_in_the_cut_releases_the_lock_and_propagates() -> None:
     # caller with the lock let go, as in the Python methods' finally.
     for cls in (NominalStream, PythonStream):
         stream = cls(RecordingTarget(), dataset_rid="ri.test.writes", linger=None, max_request_points=10)
-        core = stream._core
+        core = stream._sender
         stream.enqueue("c", B, 0.5)
 
         def broken() -> list[Any]:
