@@ -373,6 +373,7 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
             return None
         rejected: list[FailedElement] = []
         try:
+            sender.handover()  # the rest, under the budget as every hand-over
             try:
                 report = sender.flush(None)
             except DeliveryError as exc:
