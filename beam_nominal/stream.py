@@ -890,18 +890,6 @@ class NominalStream(_WritesBase):
         untagged double series itself, as ``PointBatch.series_chunks``' fast path does)."""
         self._write(self._sender.staged.series_chunks, channel, timestamps, values, tags)
 
-    def enqueue_chunks(self, chunks: Sequence[Chunk]) -> None:
-        """Write columns already checked and converted by another ``PointBatch`` (its
-        ``take()``), in one call; their types are checked against this stream's series.
-
-        Raises:
-            SeriesTypeError: a chunk's type conflicts with its series here; nothing of the call
-                is buffered.
-        """
-        if not chunks:
-            return
-        self._write(self._sender.staged.checked_chunks, chunks)
-
     def enqueue_from_dict(
         self, timestamp: Any, channel_values: Mapping[str, Any], tags: Mapping[str, str] | None = None
     ) -> None:
