@@ -185,7 +185,7 @@ class Sender:
         self.failed_points = 0
         self.raised_failed = 0
         self.final_report: DeliveryReport | None = None
-        self.uploads = uploader
+        self.root_uploader = uploader
         #: This sender's view of the uploader: its outcomes come back here, and abandoning it
         #: stops only this sender's requests.
         self.uploader = uploader.session(self.on_done)
@@ -275,7 +275,7 @@ class Sender:
         """Every write but ``enqueue`` (which inlines these steps): backpressure, ``add(*args)``
         on the staged batch under the lock, then the move into the buffer and the cut when due.
 
-        A column adder (batch, table, chunks) returns its checked chunks, which go into the
+        A column adder (batch, table) returns its checked chunks, which go into the
         buffer at once, so the budget sees them whole; points and rows (adders returning None)
         stay staged until they make a request's worth (or _SETTLE_POINTS single points).
         """
@@ -543,7 +543,7 @@ class Sender:
             if abandoned:
                 self.uploader.abandon()  # no more attempts or backoff waits for written-off requests
             if self.owns_uploader:
-                self.uploads.shutdown()
+                self.root_uploader.shutdown()
             if self.owns_target:
                 try:
                     self.target.close()
@@ -632,15 +632,15 @@ class Sender:
             _log.error("draining on Ctrl+C: %s", exc)
 
 
-def _finalize(core: Sender) -> None:
-    if core.final_report is not None:
+def _finalize(sender: Sender) -> None:
+    if sender.final_report is not None:
         return
-    message = f"NominalStream for {core.dataset_rid} was dropped without close(); draining now"
+    message = f"NominalStream for {sender.dataset_rid} was dropped without close(); draining now"
     # Python's default filters hide ResourceWarning: the log says it too.
     _log.warning(message)
     warnings.warn(message, ResourceWarning, stacklevel=2)
     try:
-        core.close(core.upload.close_timeout)
+        sender.close(sender.upload.close_timeout)
     except Exception as exc:
         _log.error("draining a dropped NominalStream: %s", exc)
 
@@ -717,7 +717,7 @@ class _PythonWrites:
         """
         self._enqueue_batch(channel, timestamps, values, tags)
 
-    def _bind_writes(self, core: Any) -> None:
+    def _bind_writes(self, sender: Any) -> None:
         pass  # these methods read the stream's attributes
 
 
