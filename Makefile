@@ -10,12 +10,12 @@ BEAM_MIN := .venv-beam-min
 BEAM_MIN_PY := $(BEAM_MIN)/bin/python
 BEAM_MIN_STAMP := $(BEAM_MIN)/.installed
 
-.PHONY: demo test lint unit integration beam engines engines-fetch beam-min compat proto proto-check bench clean
+.PHONY: demo test lint unit integration beam pure engines engines-fetch beam-min compat proto proto-check bench clean
 
 $(STAMP): pyproject.toml setup.py beam_nominal/_pipeline/_fastpath.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev,plot]'
+	BEAM_NOMINAL_COMPILE=1 $(PY) -m pip install -q -e '.[test,dev,plot]'
 	touch $@
 
 # The published nominal-api-protos needs protobuf >= 7, which apache-beam forbids: the wire
@@ -31,7 +31,7 @@ $(COMPAT_STAMP): tests/compat/requirements.txt
 $(BEAM_MIN_STAMP): pyproject.toml setup.py beam_nominal/_pipeline/_fastpath.c tests/beam_min/constraints.txt
 	test -x $(BEAM_MIN_PY) || $(PYTHON) -m venv $(BEAM_MIN)
 	$(BEAM_MIN_PY) -m pip install -q --upgrade pip
-	$(BEAM_MIN_PY) -m pip install -q -e '.[test]' -c tests/beam_min/constraints.txt
+	BEAM_NOMINAL_COMPILE=1 $(BEAM_MIN_PY) -m pip install -q -e '.[test]' -c tests/beam_min/constraints.txt
 	touch $@
 
 demo: $(STAMP)
@@ -50,6 +50,14 @@ integration: $(STAMP)
 
 beam: $(STAMP)
 	$(PY) -m pytest -q tests/beam
+
+# The pure build: the compiled module is built (BEAM_NOMINAL_COMPILE=1 above) but not imported
+# (BEAM_NOMINAL_TEST_PURE=1, beam_nominal/_pipeline/__init__.py), so the Python implementations an
+# install without a C compiler runs are tested too. Slow tests exercise nothing build-specific.
+PURE_TESTS := BEAM_NOMINAL_TEST_PURE=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit tests/beam -m "not slow"
+
+pure: $(STAMP)
+	$(PURE_TESTS)
 
 # Runners outside the venv (Prism, built with Go), cached under ~/.cache/beam-nominal/engines, and
 # the Java example (examples/java, built with Maven; its jars cached in ~/.m2) by tools/engines.py;
@@ -74,6 +82,7 @@ compat: $(COMPAT_STAMP)
 
 test: lint engines-fetch $(COMPAT_STAMP) $(BEAM_MIN_STAMP)
 	$(PY) -m pytest -q tests/unit tests/integration tests/beam tests/engines
+	$(PURE_TESTS)
 	$(BEAM_MIN_TESTS)
 	PYTHONPATH=$(CURDIR) $(COMPAT_PY) -m pytest -q -p no:cacheprovider tests/compat
 

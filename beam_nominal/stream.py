@@ -36,11 +36,11 @@ from beam_nominal._pipeline import values as _values
 from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._pipeline.packer import cut_requests
 from beam_nominal._pipeline.staging import Chunk, PointBatch, double_bytes
-from beam_nominal._pipeline.uploader import Outcome, Uploader, WorkerPool
+from beam_nominal._pipeline.uploader import Outcome, Uploader
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
 from beam_nominal.model import SeriesKey, ValueType, check_timezone
-from beam_nominal.settings import BatchSettings, RetrySettings, UploadSettings, resolve
+from beam_nominal.settings import BatchSettings, RetrySettings, StreamSettings, UploadSettings, resolve
 from beam_nominal.targets.base import FIRST_CONTACT_TIMEOUT, Request, Target, first_contact
 
 __all__ = ["DeliveryReport", "NominalStream", "StreamState"]
@@ -105,29 +105,38 @@ class DeliveryReport:
         return self.failed_points == 0
 
 
-class _Core:
-    """All state of a stream. Holds no reference to the facade, so the facade can be collected
-    (and its finaliser drain this) while worker threads still hold the core."""
+class Sender:
+    """The engine under a stream and under a Beam bundle: staging, per-series buffer, cuts by
+    budget, backpressure, in-flight accounting and one settled outcome per request.
+
+    Driven by one caller thread (a bundle's, or a NominalStream's callers one at a time under
+    ``lock``); outcomes arrive from the uploader's threads and are settled under ``lock``. It
+    registers no signal handler, starts no thread and never closes what it was given unless told
+    to own it: :class:`NominalStream` adds those, :func:`bundle_sender` makes a bare one per
+    bundle over a DoFn instance's target and uploader. Holds no reference to a facade, so a
+    stream can be collected (and its finaliser drain this) while upload threads hold the sender.
+    """
 
     def __init__(
         self,
         target: Target,
-        owns_target: bool,
+        uploader: Uploader,
         dataset_rid: str,
         batch: BatchSettings,
         upload: UploadSettings,
-        retry: RetrySettings,
-        source_name: str | None,
-        clock: Callable[[], float],
-        workers: WorkerPool | None = None,
-        timezone: str | None = None,
+        *,
+        staged: PointBatch,
+        source_name: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        owns_target: bool = False,
+        owns_uploader: bool = False,
     ) -> None:
         self.target = target
         self.owns_target = owns_target
+        self.owns_uploader = owns_uploader
         self.dataset_rid = dataset_rid
         self.batch = batch
         self.upload = upload
-        self.retry = retry
         self.source_name = source_name
         self.clock = clock
         self.started = clock()
@@ -135,8 +144,9 @@ class _Core:
         self.cond = threading.Condition(self.lock)
         self.close_lock = threading.Lock()
         self.buffer = Buffer()
-        #: Checked points not yet in the buffer (every write goes through it; see the facade).
-        self.staged = PointBatch(timezone=timezone)
+        #: Checked points not yet in the buffer: every write appends here (see the facade); a
+        #: bundle's DoFn appends here itself, so each element's types are checked once.
+        self.staged = staged
         self.state = StreamState.OPEN
         #: ``state is OPEN``, as a plain bool for the hot path.
         self.accepting = True
@@ -175,12 +185,18 @@ class _Core:
         self.failed_points = 0
         self.raised_failed = 0
         self.final_report: DeliveryReport | None = None
-        self.uploader = Uploader(target, upload, retry, self.on_done, clock=clock, pool=workers)
+        self.root_uploader = uploader
+        #: This sender's view of the uploader: its outcomes come back here, and abandoning it
+        #: stops only this sender's requests.
+        self.uploader = uploader.session(self.on_done)
         self.linger_stop = threading.Event()
-        #: Ctrl+C presses seen while open (see ``_pipeline/interrupt.py``), and whether the
-        #: KeyboardInterrupt they owe the caller has been raised.
+        #: Ctrl+C presses seen while open (see ``_pipeline/interrupt.py``; only a NominalStream
+        #: registers its sender), and whether the KeyboardInterrupt they owe the caller has been
+        #: raised.
         self.interrupts = 0
         self.interrupt_raised = False
+        #: The facade registered this sender with the SIGINT handler.
+        self.registered = False
         #: close() is waiting for the last outcomes (a press then cuts it short rather than
         #: owing another KeyboardInterrupt).
         self.draining = False
@@ -254,6 +270,52 @@ class _Core:
         if not self.buffer.points:
             self.first_buffered_at = None
         return out
+
+    def write(self, add: Callable[..., list[Chunk] | None], *args: Any) -> None:
+        """Every write but ``enqueue`` (which inlines these steps): backpressure, ``add(*args)``
+        on the staged batch under the lock, then the move into the buffer and the cut when due.
+
+        A column adder (batch, table) returns its checked chunks, which go into the
+        buffer at once, so the budget sees them whole; points and rows (adders returning None)
+        stay staged until they make a request's worth (or _SETTLE_POINTS single points).
+        """
+        lock = self.lock
+        lock.acquire()
+        try:
+            if self.gate:
+                self.check_open()
+                if self.full:
+                    self.wait_room()
+            columns = add(*args)
+            if self.first_buffered_at is None:
+                self.first_buffered_at = self.clock()
+            staged = self.staged
+            if columns is not None:
+                reqs = self.put_columns(columns)
+            elif (
+                not staged.singles_due(self.settle_singles)
+                and staged.nbytes < self.max_bytes
+                and staged.counted < self.max_points
+            ):
+                return
+            else:
+                reqs = self.settled()
+        finally:
+            lock.release()
+        if reqs:
+            self.submit(reqs)
+
+    def handover(self) -> None:
+        """What the caller appended to ``staged`` itself (a bundle's elements, each checked
+        whole there) into the buffer, after backpressure; cut what is due and send it."""
+        with self.lock:
+            if self.gate:
+                self.check_open()
+                if self.full:
+                    self.wait_room()
+            reqs = self.settled()
+        if reqs:
+            self.submit(reqs)
 
     def settled(self) -> Sequence[Request]:
         """Lock held: settle the buffer's accounting, apply backpressure, cut full requests.
@@ -480,8 +542,8 @@ class _Core:
                     error = self.failure("close")
             if abandoned:
                 self.uploader.abandon()  # no more attempts or backoff waits for written-off requests
-            else:
-                self.uploader.shutdown()
+            if self.owns_uploader:
+                self.root_uploader.shutdown()
             if self.owns_target:
                 try:
                     self.target.close()
@@ -492,7 +554,8 @@ class _Core:
                 self.final_report = self.report()
                 if error is not None:
                     error.report = self.final_report
-            _interrupt.unregister(self)
+            if self.registered:
+                _interrupt.unregister(self)
             if error is not None:
                 raise error
             return self.final_report
@@ -569,15 +632,15 @@ class _Core:
             _log.error("draining on Ctrl+C: %s", exc)
 
 
-def _finalize(core: _Core) -> None:
-    if core.final_report is not None:
+def _finalize(sender: Sender) -> None:
+    if sender.final_report is not None:
         return
-    message = f"NominalStream for {core.dataset_rid} was dropped without close(); draining now"
+    message = f"NominalStream for {sender.dataset_rid} was dropped without close(); draining now"
     # Python's default filters hide ResourceWarning: the log says it too.
     _log.warning(message)
     warnings.warn(message, ResourceWarning, stacklevel=2)
     try:
-        core.close(core.upload.close_timeout)
+        sender.close(sender.upload.close_timeout)
     except Exception as exc:
         _log.error("draining a dropped NominalStream: %s", exc)
 
@@ -654,7 +717,7 @@ class _PythonWrites:
         """
         self._enqueue_batch(channel, timestamps, values, tags)
 
-    def _bind_writes(self, core: Any) -> None:
+    def _bind_writes(self, sender: Any) -> None:
         pass  # these methods read the stream's attributes
 
 
@@ -698,9 +761,6 @@ class NominalStream(_WritesBase):
             deployment serves) or ``"columnar"``; ``fallback_to_row=True`` lets a columnar
             target switch to row when the server does not serve columnar.
         clock: monotonic clock in seconds (injectable for tests of linger and timeouts).
-        workers: upload threads shared with other streams (``_pipeline.uploader.WorkerPool``), so
-            that a short-lived stream (``WriteToNominal`` opens one per bundle) starts none; the
-            stream leaves them running. By default the stream starts its own.
 
     Lifecycle: see :class:`StreamState`. Leaving a ``with`` block, even on an exception, closes the
     stream, which drains everything enqueued (bounded by ``close_timeout``); on an exception the
@@ -727,7 +787,6 @@ class NominalStream(_WritesBase):
         format: str | None = None,
         fallback_to_row: bool = False,
         clock: Callable[[], float] = time.monotonic,
-        workers: WorkerPool | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(dataset_rid, str) or not dataset_rid:
@@ -735,13 +794,7 @@ class NominalStream(_WritesBase):
         batch, upload, retry, given = resolve(batch, upload, retry, **settings)
         check_timezone(timezone, "NominalStream timezone")
         made, owns = _make_target(target, dataset_rid, token, ca_file, format, fallback_to_row)
-        preferred = getattr(made, "preferred_request_bytes", None)
-        if isinstance(preferred, int) and "max_request_bytes" not in given:
-            # A target without a message-size limit (a file) may take bigger requests, which
-            # amortise its per-series costs; one behind a small limit may ask for smaller ones.
-            # An explicit max_request_bytes keyword wins.
-            size = max(1024, min(preferred, upload.max_buffered_bytes // 2))
-            batch = dataclasses.replace(batch, max_request_bytes=size)
+        batch = _request_size(batch, upload, given, made)
         try:
             if fallback is not None:
                 from beam_nominal.targets.compose import with_fallback
@@ -752,50 +805,61 @@ class NominalStream(_WritesBase):
                     made = _CloseOnlyFallback(made)
                 owns = True
             first_contact(made, dataset_rid, min(FIRST_CONTACT_TIMEOUT, upload.attempt_timeout))
-            self._core = core = _Core(
-                made, owns, dataset_rid, batch, upload, retry, source_name, clock, workers, timezone
+            uploader = Uploader(made, upload, retry, clock=clock)
+            self._sender = sender = Sender(
+                made,
+                uploader,
+                dataset_rid,
+                batch,
+                upload,
+                staged=PointBatch(timezone=timezone),
+                source_name=source_name,
+                clock=clock,
+                owns_target=owns,
+                owns_uploader=True,
             )
         except BaseException:
             if owns:
                 made.close()
             raise
         if batch.linger is not None:
-            threading.Thread(target=core.linger_loop, name="beam-nominal-linger", daemon=True).start()
-        self._bind_writes(core)
-        self._finalizer = weakref.finalize(self, _finalize, core)
-        _interrupt.register(core)
+            threading.Thread(target=sender.linger_loop, name="beam-nominal-linger", daemon=True).start()
+        self._bind_writes(sender)
+        self._finalizer = weakref.finalize(self, _finalize, sender)
+        sender.registered = True
+        _interrupt.register(sender)
 
     # -- introspection ---------------------------------------------------------------------------
 
     @property
     def state(self) -> StreamState:
         """The stream's :class:`StreamState`."""
-        return self._core.state
+        return self._sender.state
 
     @property
     def dataset_rid(self) -> str:
-        return self._core.dataset_rid
+        return self._sender.dataset_rid
 
     def __repr__(self) -> str:
-        c = self._core
+        c = self._sender
         return f"NominalStream({c.target!r}, dataset_rid={c.dataset_rid!r}, state={c.state.value})"
 
     def report(self) -> DeliveryReport:
         """The cumulative report now, without flushing."""
-        with self._core.lock:
-            return self._core.report()
+        with self._sender.lock:
+            return self._sender.report()
 
     # -- writes ----------------------------------------------------------------------------------
     #
-    # One path: every form appends to the core's PointBatch (``_pipeline/staging.py``) under
+    # One path: every form appends to the sender's PointBatch (``_pipeline/staging.py``) under
     # the lock; the batch checks the call whole and appends all of it or raises having appended
     # nothing. It moves into the buffer after every column, every _SETTLE_POINTS single points
-    # or a request's worth of rows, and before every cut (``_Core.move_staged``).
+    # or a request's worth of rows, and before every cut (``Sender.move_staged``).
 
     def _enqueue(self, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None) -> None:
         """``enqueue`` in Python: every call where the compiled one is not built, else every call
         but the common one (no tags, an int ns and a float of a known series), which it takes."""
-        c = self._core
+        c = self._sender
         staged = c.staged
         # acquire/release rather than `with`: measurably cheaper on this path.
         lock = c.lock
@@ -824,19 +888,7 @@ class NominalStream(_WritesBase):
     def _enqueue_batch(self, channel: str, timestamps: Any, values: Any, tags: Mapping[str, str] | None = None) -> None:
         """``enqueue_batch`` in Python (the compiled one takes int64 and float64 arrays of a known
         untagged double series itself, as ``PointBatch.series_chunks``' fast path does)."""
-        self._write(self._core.staged.series_chunks, channel, timestamps, values, tags)
-
-    def enqueue_chunks(self, chunks: Sequence[Chunk]) -> None:
-        """Write columns already checked and converted by a ``PointBatch`` (its ``take()``), in
-        one call: how ``WriteToNominal`` hands a batch of elements over.
-
-        Raises:
-            SeriesTypeError: a chunk's type conflicts with its series here; nothing of the call
-                is buffered.
-        """
-        if not chunks:
-            return
-        self._write(self._core.staged.checked_chunks, chunks)
+        self._write(self._sender.staged.series_chunks, channel, timestamps, values, tags)
 
     def enqueue_from_dict(
         self, timestamp: Any, channel_values: Mapping[str, Any], tags: Mapping[str, str] | None = None
@@ -849,7 +901,7 @@ class NominalStream(_WritesBase):
             SeriesTypeError / TypeError / ValueError: a value conflicts or is unsupported;
                 nothing from the record is buffered.
         """
-        self._write(self._core.staged.add_record, timestamp, channel_values, tags)
+        self._write(self._sender.staged.add_record, timestamp, channel_values, tags)
 
     def _enqueue_float_array(
         self, channel: str, timestamp: Any, values: Any, tags: Mapping[str, str] | None = None
@@ -857,7 +909,7 @@ class NominalStream(_WritesBase):
         """``enqueue_float_array`` in Python (the compiled one takes a list of floats of a known
         untagged series itself, packed as ``float_row`` packs it)."""
         row = _values.float_row(channel, values)
-        self._write(self._core.staged.add_typed, channel, timestamp, ValueType.DOUBLE_ARRAY, row, tags)
+        self._write(self._sender.staged.add_typed, channel, timestamp, ValueType.DOUBLE_ARRAY, row, tags)
 
     def _enqueue_string_array(
         self, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
@@ -865,14 +917,14 @@ class NominalStream(_WritesBase):
         """``enqueue_string_array`` in Python (the compiled one takes a list or tuple of ASCII
         strs of a known untagged series itself, as ``string_row`` converts it)."""
         row = _values.string_row(channel, values)
-        self._write(self._core.staged.add_typed, channel, timestamp, ValueType.STRING_ARRAY, row, tags)
+        self._write(self._sender.staged.add_typed, channel, timestamp, ValueType.STRING_ARRAY, row, tags)
 
     def enqueue_struct(
         self, channel: str, timestamp: Any, value: Mapping[str, Any], tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one struct value, stored as compact JSON text with sorted keys."""
         text = _values.struct_json(channel, value)
-        self._write(self._core.staged.add_typed, channel, timestamp, ValueType.STRUCT, text, tags)
+        self._write(self._sender.staged.add_typed, channel, timestamp, ValueType.STRUCT, text, tags)
 
     def enqueue_table(
         self, table: Any, timestamp_column: str = "timestamp", tags: Mapping[str, str] | None = None
@@ -895,42 +947,10 @@ class NominalStream(_WritesBase):
             SeriesTypeError / TypeError: a column conflicts with its series or has no Nominal type;
                 nothing from the table is buffered.
         """
-        self._write(self._core.staged.table_chunks, table, timestamp_column, tags)
+        self._write(self._sender.staged.table_chunks, table, timestamp_column, tags)
 
     def _write(self, add: Callable[..., list[Chunk] | None], *args: Any) -> None:
-        """Every write but ``enqueue`` (which inlines these steps): backpressure, ``add(*args)``
-        on the staged batch under the lock, then the move into the buffer and the cut when due.
-
-        A column adder (batch, table, chunks) returns its checked chunks, which go into the
-        buffer at once, so the budget sees them whole; points and rows (adders returning None)
-        stay staged until they make a request's worth (or _SETTLE_POINTS single points).
-        """
-        c = self._core
-        lock = c.lock
-        lock.acquire()
-        try:
-            if c.gate:
-                c.check_open()
-                if c.full:
-                    c.wait_room()
-            columns = add(*args)
-            if c.first_buffered_at is None:
-                c.first_buffered_at = c.clock()
-            staged = c.staged
-            if columns is not None:
-                reqs = c.put_columns(columns)
-            elif (
-                not staged.singles_due(c.settle_singles)
-                and staged.nbytes < c.max_bytes
-                and staged.counted < c.max_points
-            ):
-                return
-            else:
-                reqs = c.settled()
-        finally:
-            lock.release()
-        if reqs:
-            c.submit(reqs)
+        self._sender.write(add, *args)
 
     # -- delivery and lifecycle ------------------------------------------------------------------
 
@@ -944,7 +964,7 @@ class NominalStream(_WritesBase):
             DeliveryError: points failed since the last error was raised, or ``timeout`` passed
                 (the error names how many points of which series, and why).
         """
-        return self._core.flush(timeout)
+        return self._sender.flush(timeout)
 
     def close(self, timeout: float | None = None) -> DeliveryReport:
         """Stop writes, drain, close an owned target. Idempotent; bounded by ``timeout``.
@@ -955,18 +975,18 @@ class NominalStream(_WritesBase):
         Raises:
             DeliveryError: points were not delivered (state becomes FAILED).
         """
-        core = self._core
+        sender = self._sender
         if timeout is None:
-            timeout = core.upload.close_timeout
+            timeout = sender.upload.close_timeout
         try:
-            report = core.close(timeout)
+            report = sender.close(timeout)
         except DeliveryError as exc:
-            if core.take_interrupt():
+            if sender.take_interrupt():
                 raise KeyboardInterrupt from exc
             raise
         finally:
             self._finalizer.detach()
-        if core.take_interrupt():
+        if sender.take_interrupt():
             raise KeyboardInterrupt  # pressed while this close drained; it has now drained
         return report
 
@@ -1022,3 +1042,33 @@ def _make_target(
         target, dataset_rid=dataset_rid, token=token, **extra, **http_options(target, format, fallback_to_row)
     )
     return made, made is not target
+
+
+def _request_size(batch: BatchSettings, upload: UploadSettings, given: frozenset[str], target: Any) -> BatchSettings:
+    """The request size: a target without a message-size limit (a file) may take bigger
+    requests, which amortise its per-series costs; one behind a small limit may ask for smaller
+    ones (``preferred_request_bytes``). An explicit ``max_request_bytes`` keyword wins."""
+    preferred = getattr(target, "preferred_request_bytes", None)
+    if isinstance(preferred, int) and "max_request_bytes" not in given:
+        size = max(1024, min(preferred, upload.max_buffered_bytes // 2))
+        return dataclasses.replace(batch, max_request_bytes=size)
+    return batch
+
+
+def bundle_sender(
+    target: Target,
+    uploader: Uploader,
+    dataset_rid: str,
+    settings: StreamSettings,
+    staged: PointBatch,
+    source_name: str | None = None,
+) -> Sender:
+    """A bundle's sender over a DoFn instance's ``target`` and ``uploader`` (both made in
+    ``setup``, closed in ``teardown``, never by the sender), staging into the instance's
+    ``staged`` batch, which the DoFn appends each element to (its types are checked there once).
+
+    No timer (request boundaries depend only on the bundle's data, so a retried bundle re-cuts
+    byte-identical requests), no thread, no signal handler: the runner owns the worker process.
+    """
+    batch = _request_size(settings.batch, settings.upload, settings.given, target)
+    return Sender(target, uploader, dataset_rid, batch, settings.upload, staged=staged, source_name=source_name)

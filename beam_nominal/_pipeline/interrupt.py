@@ -179,7 +179,7 @@ def _frame_of(ident: int) -> FrameType | None:
 def _watch_loop() -> None:
     """While streams are open: whenever a Ctrl+C is owed and the main thread is outside stream
     code, send SIGINT to the main thread. Plain reads of ``_owed`` (the handler sets it without a
-    lock); lingers a second after the last stream closes, as Beam opens one per bundle."""
+    lock); lingers a second after the last stream closes, as a program may open one after another."""
     global _watching, _resent, _owed
     main = threading.main_thread()
     idle = 0.0

@@ -65,8 +65,8 @@ class Outcome:
 class WorkerPool:
     """Daemon threads running jobs in FIFO order: up to ``size``, started as needed.
 
-    A stream makes its own; many short-lived streams (one per Beam bundle) share one, so a
-    stream costs no thread start-up. Jobs never raise (the uploader catches everything).
+    An :class:`Uploader` makes its own; its sessions (one per Beam bundle) share it, so a
+    bundle costs no thread start-up. Jobs never raise (the uploader catches everything).
     """
 
     def __init__(self, size: int, name: str = "beam-nominal-upload") -> None:
@@ -112,11 +112,13 @@ class WorkerPool:
 
 
 class Uploader:
-    """Delivers one stream's requests on a :class:`WorkerPool` (its own of ``max_in_flight``
+    """Delivers requests to one target on a :class:`WorkerPool` (its own of ``max_in_flight``
     threads, or a shared one).
 
     ``on_done(request, outcome)`` is called exactly once per submitted request, from a worker
-    thread (or from :meth:`submit` once stopped).
+    thread (or from :meth:`submit` once stopped). A DoFn instance makes one uploader in
+    ``setup``; each bundle's sender takes a :meth:`session` of it, with its own ``on_done`` and
+    its own stop, sharing the target, settings and threads.
     """
 
     def __init__(
@@ -124,7 +126,7 @@ class Uploader:
         target: Target,
         upload: UploadSettings,
         retry: RetrySettings,
-        on_done: Callable[[Request, Outcome], None],
+        on_done: Callable[[Request, Outcome], None] | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
@@ -136,7 +138,7 @@ class Uploader:
         self._send_fallback: Callable[..., None] | None = getattr(target, "send_fallback", None)
         self._upload = upload
         self._retry = retry
-        self._on_done = on_done
+        self._on_done = on_done if on_done is not None else _unreported
         self._clock = clock
         self._rand = rand
         self._stopped = threading.Event()
@@ -144,6 +146,21 @@ class Uploader:
         self._sleep = sleep if sleep is not None else self._stopped.wait
         self._owns_pool = pool is None
         self._pool = pool if pool is not None else WorkerPool(upload.max_in_flight)
+
+    def session(self, on_done: Callable[[Request, Outcome], None]) -> Uploader:
+        """An uploader over the same target, settings and threads that reports to ``on_done``
+        and stops on its own (:meth:`abandon` stops only its requests; it never closes the
+        threads, which stay this uploader's)."""
+        return Uploader(
+            self._target,
+            self._upload,
+            self._retry,
+            on_done,
+            clock=self._clock,
+            rand=self._rand,
+            sleep=None if self._sleep == self._stopped.wait else self._sleep,
+            pool=self._pool,
+        )
 
     def submit(self, request: Request) -> None:
         """Queue a request; never blocks (the stream bounds what it submits)."""
@@ -297,6 +314,10 @@ class Uploader:
             return f"; fallback failed too: {exc}"
         _log.warning("request %d (%d points) went to the fallback target: %s", request.seq, request.points, reason)
         return None
+
+
+def _unreported(request: Request, outcome: Outcome) -> None:
+    """The ``on_done`` of an uploader only sessions submit to."""
 
 
 def _halves(request: Request) -> tuple[Request, Request] | None:

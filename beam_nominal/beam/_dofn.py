@@ -5,20 +5,21 @@ Life cycle (Beam reuses one instance for many bundles, one instance per concurre
 
 * ``__init__``: stores configuration only; the instance is pickled to workers.
 * ``setup``: resolves the token and opens the target, shared by every instance of the process
-  that has the same target and token (one gRPC channel or HTTP pool per process), and the upload
-  threads (a ``WorkerPool`` per instance): what costs, once per instance.
-* ``start_bundle``: a fresh NominalStream over them without timer (``linger=None``), with its own
-  buffer, request sequence and delivery report, so request cut points depend only on the
-  bundle's data and a retried bundle re-sends byte-identical requests, which carry the same
-  idempotency keys. Cheap: no thread, no connection.
+  that has the same target and token (one gRPC channel or HTTP pool per process), and the
+  instance's ``Uploader`` (its upload threads): what costs, once per instance.
+* ``start_bundle``: a fresh ``Sender`` over them (``stream.bundle_sender``): single-threaded,
+  no timer, no thread, no signal handler, with its own buffer, request sequence and delivery
+  report, so request cut points depend only on the bundle's data and a retried bundle re-sends
+  byte-identical requests, which carry the same idempotency keys. It stages into the
+  instance's ``PointBatch``, so an element's types are checked once, where it is read.
 * ``process``: an ordinary method, compiled (``_fastpath.c``; ``_PythonProcess`` where it is not
   built). A plain point of a known double series is appended in the call itself; any other
   element, by its reader (``_slow``), to the bundle's ``PointBatch``, which checks it whole; a
   bad element is returned at once, as this call's only output, so Beam gives the
   ``FailedElement`` the element's own timestamp and windows (and runners that drop what
   ``finish_bundle`` outputs, such as Dask's, still see it). Every
-  ``HANDOVER_POINTS`` points the batch goes to the stream in one call; the stream cuts requests
-  on its budget, so memory stays bounded whatever the bundle size.
+  ``HANDOVER_POINTS`` points the sender moves the batch into its buffer and cuts requests on
+  its budget (blocking while it is full), so memory stays bounded whatever the bundle size.
 * ``finish_bundle``: hands the rest over and returns only once every point of the bundle is
   acknowledged; otherwise raises so the runner retries the bundle. The one exception: series
   the target refused for good and named (a value type conflicting with what it stores) while it
@@ -50,7 +51,7 @@ from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_nominal._pipeline.staging import Chunk, PointBatch
-from beam_nominal._pipeline.uploader import WorkerPool
+from beam_nominal._pipeline.uploader import Uploader
 from beam_nominal.beam._elements import (
     ELEMENT_ERRORS,
     FailedElement,
@@ -62,7 +63,8 @@ from beam_nominal.beam._elements import (
 )
 from beam_nominal.beam._metrics import MeasuredTarget, SinkMetrics
 from beam_nominal.beam._rows import Field, RowOptions
-from beam_nominal.settings import resolve
+from beam_nominal.settings import StreamSettings, resolve
+from beam_nominal.stream import Sender, bundle_sender
 from beam_nominal.targets.avro_prefix import is_prefix
 from beam_nominal.targets.base import FIRST_CONTACT_TIMEOUT, first_contact
 
@@ -80,7 +82,7 @@ __all__ = [
     "resolve_token",
 ]
 
-#: Single floats a bundle's batch collects before it goes to the stream in one call, and the
+#: Single floats a bundle's batch collects before the sender takes them into its buffer, and the
 #: estimated bytes of anything else (text, arrays, rows, columns): a request's worth.
 HANDOVER_POINTS = 32768
 HANDOVER_BYTES = 4 * 1024 * 1024
@@ -262,10 +264,11 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
         self._target: Any = None
         self._target_key: Any = None
         self._measured: MeasuredTarget = MeasuredTarget(None)
-        self._workers: WorkerPool | None = None
+        self._uploader: Uploader | None = None
+        self._settings: StreamSettings | None = None
         self._metrics: SinkMetrics | None = None
         self._lineage: Callable[[], None] = lambda: None
-        self._stream: Any = None
+        self._sender: Sender | None = None
         self._batch = PointBatch(config.tags, config.timezone)
         self._readers: dict[type, Reader] = {}
         #: NamedTuple classes whose instances are (channel, timestamp, value) points as they are.
@@ -280,7 +283,7 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
         self._rebind()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Config only: a half-used instance must never ship a live stream or channel, so a copy
+        # Config only: a half-used instance must never ship a live sender or channel, so a copy
         # is a new instance of its configuration. A reduce rather than __getstate__: copyreg's
         # default (pickle's protocols 0 and 1) cannot copy the compiled base class FastProcess.
         return (type(self), (self._config,))
@@ -309,23 +312,21 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
         self._measured = MeasuredTarget(self._target)
         self._metrics = SinkMetrics()
         self._lineage = report_lineage(self._config.target, self._config.dataset_rid)
-        self._workers = WorkerPool(settings.upload.max_in_flight)
+        self._settings = settings
+        self._uploader = Uploader(self._measured, settings.upload, settings.retry)
 
     def start_bundle(self) -> None:
-        from beam_nominal.stream import NominalStream
-
-        settings = dict(self._config.settings)
-        # Request boundaries must depend only on the data (see the module docstring).
-        settings["linger"] = None
+        assert self._uploader is not None and self._settings is not None
         self._measured.take_samples()
         self._batch.clear()
         _bundle_hook(self._target, "begin_bundle")
-        self._stream = NominalStream(
+        self._sender = bundle_sender(
             self._measured,
-            dataset_rid=self._config.dataset_rid,
+            self._uploader,
+            self._config.dataset_rid,
+            self._settings,
+            self._batch,
             source_name=self._config.source_name,
-            workers=self._workers,
-            **settings,
         )
 
     def _slow(self, element: Any) -> Iterable[FailedElement]:
@@ -342,8 +343,10 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
         return ()
 
     def _handover(self) -> None:
-        """The batch to the stream, in one call; its errors fail the bundle."""
-        self._stream.enqueue_chunks(self._batch.take())
+        """What the batch holds into the sender's buffer, cutting what is due; its errors
+        fail the bundle."""
+        assert self._sender is not None
+        self._sender.handover()
 
     def _rebind(self) -> None:
         """Tell the compiled ``process`` what it reads (the Python one reads the attributes), now
@@ -370,14 +373,14 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
     def finish_bundle(self) -> list[WindowedValue] | None:
         from beam_nominal.errors import DeliveryError
 
-        stream, self._stream = self._stream, None
-        if stream is None:
+        sender, self._sender = self._sender, None
+        if sender is None:
             return None
         rejected: list[FailedElement] = []
         try:
-            stream.enqueue_chunks(self._batch.take())
+            sender.handover()  # the rest, under the budget as every hand-over
             try:
-                report = stream.flush()
+                report = sender.flush(None)
             except DeliveryError as exc:
                 if not (exc.rejected and exc.rejected == exc.undelivered):
                     raise
@@ -389,7 +392,7 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
             # A file target makes the bundle's files visible only now that all of it is written.
             written = _bundle_hook(self._target, "commit_bundle") or []
         except DeliveryError as exc:
-            _abandon(stream)
+            _abandon(sender)
             _bundle_hook(self._target, "abort_bundle")
             # The runner retries the bundle; requests already acknowledged are re-sent with the
             # same idempotency keys, so a key-recording server stores them once.
@@ -398,10 +401,10 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
                 f"(dataset {self._config.dataset_rid!r}); failing the bundle so the runner can retry it: {exc}"
             ) from exc
         except BaseException:
-            _abandon(stream)
+            _abandon(sender)
             _bundle_hook(self._target, "abort_bundle")
             raise
-        stream.close()
+        sender.close(None)
         assert self._metrics is not None
         self._metrics.record(report, self._measured.take_samples())
         if rejected:
@@ -421,12 +424,12 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
         )
 
     def teardown(self) -> None:
-        if self._stream is not None:
-            _abandon(self._stream)
-            self._stream = None
-        if self._workers is not None:
-            self._workers.close()
-            self._workers = None
+        if self._sender is not None:
+            _abandon(self._sender)
+            self._sender = None
+        if self._uploader is not None:
+            self._uploader.shutdown()
+            self._uploader = None
         if self._target is not None:
             target, key = self._target, self._target_key
             self._target = self._target_key = None
@@ -442,13 +445,13 @@ def _bundle_hook(target: Any, name: str) -> Any:
     return hook() if callable(hook) else None
 
 
-def _abandon(stream: Any) -> None:
-    """Close a stream whose bundle failed, without waiting on undeliverable data."""
+def _abandon(sender: Sender) -> None:
+    """Close the sender of a bundle that failed, without waiting on undeliverable data."""
     try:
-        stream.close(timeout=0)
+        sender.close(0)
     except Exception:
         # The bundle already failed with the reason that matters; this one would hide it.
-        _LOG.debug("WriteToNominal: closing a failed bundle's stream raised", exc_info=True)
+        _LOG.debug("WriteToNominal: closing a failed bundle's sender raised", exc_info=True)
 
 
 def _chunk_failed(chunk: Chunk, exc: Exception) -> FailedElement:
@@ -522,5 +525,5 @@ class WriteChunksDoFn(WriteDoFn):
                 # failure names its series and points, as a series the server refused does.
                 out.extend(self._fail(_chunk_failed(chunk, exc)))
         if self._batch.nbytes >= HANDOVER_BYTES:
-            self._stream.enqueue_chunks(self._batch.take())
+            self._handover()
         return out

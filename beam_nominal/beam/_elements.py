@@ -31,8 +31,11 @@ __all__ = ["ELEMENT_ERRORS", "SHAPE_FIELDS", "ElementError", "FailedElement", "i
 #: Field names the shapes give a meaning of their own: no timestamp field may take one.
 SHAPE_FIELDS = frozenset({"channel", "channels", "tags", "timestamps", "value", "values"})
 
-#: What a reader or the batch raises for a bad element (SeriesTypeError is a TypeError).
-ELEMENT_ERRORS = (TypeError, ValueError, KeyError)
+#: What a reader or the batch raises for a bad element: ElementError (a ValueError),
+#: SeriesTypeError (a TypeError), and the TypeError or ValueError of a value check. Anything else
+#: (a KeyError, AttributeError, RuntimeError ...) is a fault of ours: it fails the bundle, which
+#: the runner retries, rather than passing as the element's.
+ELEMENT_ERRORS = (TypeError, ValueError)
 
 Reader = Callable[[Any], None]
 

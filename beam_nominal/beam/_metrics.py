@@ -1,5 +1,5 @@
 # mypy: disable-error-code="no-untyped-call"
-"""Beam metrics of the sink, under namespace ``beam_nominal``, fed from the stream's delivery report.
+"""Beam metrics of the sink, under namespace ``beam_nominal``, fed from the bundle's delivery report.
 
 Counters: ``points``, ``series``, ``requests``, ``bytes``, ``retries``, ``failed_elements``.
 Distributions: ``request_points`` and ``request_latency_ms`` (one sample per acknowledged request).
@@ -56,7 +56,7 @@ class SinkMetrics:
 class MeasuredTarget:
     """Wraps a (shared) target to time each acknowledged request for the distributions.
 
-    Sends run on the stream's upload threads, where Beam metrics cannot be updated; samples are
+    Sends run on the upload threads, where Beam metrics cannot be updated; samples are
     collected here and turned into metric updates by the DoFn in ``finish_bundle``.
     """
 
@@ -80,7 +80,7 @@ class MeasuredTarget:
 
     @property
     def preferred_request_bytes(self) -> int | None:
-        """The inner target's request size, which the stream would otherwise not see."""
+        """The inner target's request size, which the sender would otherwise not see."""
         size = getattr(self.inner, "preferred_request_bytes", None)
         return size if isinstance(size, int) else None
 
@@ -90,7 +90,7 @@ class MeasuredTarget:
         return samples
 
     def close(self) -> None:
-        """The inner target is shared and closed by its owner, not by a bundle's stream."""
+        """The inner target is shared and closed by its owner, not by a bundle's sender."""
 
     def __repr__(self) -> str:
         return repr(self.inner)

@@ -119,8 +119,8 @@ def first_contact(target: object, dataset_rid: str, timeout: float = FIRST_CONTA
     an unknown host, a TLS failure, a refused token, an unknown dataset or endpoint. An answer that
     may be an outage (a timeout, 502/503, UNAVAILABLE without a refused connection) passes: the
     uploader's retry budget rides it out. After one real answer the target remembers it, so later
-    streams on it (one per Beam bundle) and outages after that send nothing more and fail nothing
-    sooner.
+    streams on it (or DoFn instances sharing it) and outages after that send nothing more and fail
+    nothing sooner. A Beam bundle makes no first contact: its DoFn instance made it in ``setup``.
     """
     probe = getattr(target, "probe", None)
     if callable(probe):

@@ -63,7 +63,8 @@ def _encode_row(request: Request) -> bytes | memoryview:
     # Transient: Request.encoded digests and compresses it at once and keeps only the result.
     from beam_nominal._wire.write_nominal import encode_write_nominal_transient
 
-    return encode_write_nominal_transient(request.batches, request.source_name)
+    # The row message names the request's source ``session_name`` (field 2).
+    return encode_write_nominal_transient(request.batches, session_name=request.source_name)
 
 
 def _encode_columnar(request: Request) -> bytes:

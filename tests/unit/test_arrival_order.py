@@ -13,8 +13,7 @@ import pyarrow as pa
 import pytest
 from _stream_fakes import RecordingTarget
 
-from beam_nominal._pipeline.staging import PointBatch
-from beam_nominal.model import SeriesKey, ValueType
+from beam_nominal.model import SeriesKey
 from beam_nominal.stream import NominalStream
 
 
@@ -39,7 +38,7 @@ def _interleaved_run(
         return "double" if isinstance(v, float) else "string" if isinstance(v, str) else "double_array"
 
     for _ in range(150):
-        op, ch, tags = rng.randrange(7), rng.choice(["d0", "d1", "s0"]), rng.choice([None, {"k": "v"}])
+        op, ch, tags = rng.randrange(6), rng.choice(["d0", "d1", "s0"]), rng.choice([None, {"k": "v"}])
         key = SeriesKey.of(ch, tags)
         t += 1
         sent: list[tuple[SeriesKey, int, object]] = []  # (series, timestamp, value) of the call
@@ -64,19 +63,11 @@ def _interleaved_run(
             rec = {c: t + 0.5 for c in rng.sample(["d0", "d1"], rng.randrange(1, 3))}
             sent += [(SeriesKey.of(c, tags), t, x) for c, x in rec.items()]
             call = functools.partial(s.enqueue_from_dict, t, rec, tags)
-        elif op == 5:
+        else:
             cols = {c: [t + 0.75] if rng.random() < 0.7 else [f"y{t}"] for c in rng.sample(["d0", "d1", "s0"], 2)}
             sent += [(SeriesKey.of(c, tags), t, x[0]) for c, x in cols.items()]
             table = pa.table({"timestamp": pa.array([t], pa.int64()), **cols})
             call = functools.partial(s.enqueue_table, table, "timestamp", tags)
-        else:
-            other = PointBatch()
-            other.add_series(ch, [t], [rng.choice([t + 0.125, f"z{t}"])], tags)
-            if ch != "d1" or other.vtype_of(key) is ValueType.DOUBLE:
-                other.add_tagged("d1", t, t + 0.375, tags)
-            chunks = other.take()
-            sent += [(c.key, a, b) for c in chunks for a, b in zip(c.timestamps.tolist(), c.values, strict=True)]
-            call = functools.partial(s.enqueue_chunks, chunks)
         refused = any(pinned.get(k, kind(v)) != kind(v) for k, _, v in sent)
         try:
             call()

@@ -75,6 +75,7 @@ def _column(start: int, rows: int, strided: bool) -> tuple[np.ndarray, np.ndarra
         max_size=25,
     )
 )
+@pytest.mark.compiled
 def test_columns_chunks_and_takes_keep_every_point_once_in_order(ops: list[tuple[str, int, bool]]) -> None:
     # The open column follows the series' chunks; a chunk closes it; takes see one series in
     # arrival order; what a take returned (a request's arrays) never changes afterwards, and the
@@ -113,6 +114,7 @@ def test_columns_chunks_and_takes_keep_every_point_once_in_order(ops: list[tuple
         assert ts.tolist() == want and vals.tolist() == [t / 2 for t in want]
 
 
+@pytest.mark.compiled
 def test_a_column_with_a_timestamp_of_int64_min_is_not_added() -> None:
     buf = Buffer()
     assert buf.put_double_column(_X, np.array([1, 2], dtype=np.int64), np.array([0.5, 1.5]), 48)
@@ -132,6 +134,7 @@ def test_a_column_of_a_series_pinned_to_another_type_is_refused() -> None:
     assert buf.points == 1
 
 
+@pytest.mark.compiled
 def test_a_growing_column_keeps_its_spare_rows_within_the_budgets_estimate() -> None:
     # A double is estimated at 24 request bytes and stored in 16: the spare rows of a column
     # grown by half again stay within that (what the buffer's byte budget counts holds).
@@ -144,6 +147,7 @@ def test_a_growing_column_keeps_its_spare_rows_within_the_budgets_estimate() -> 
     assert buf.series[_X].ts_chunks == []  # one column, no chunk: nothing to join at the cut
 
 
+@pytest.mark.compiled
 def test_copy_column_refuses_what_it_cannot_copy() -> None:
     ts_out, vals_out = np.zeros(4, dtype=np.int64), np.zeros(4)
     ts, vals = np.arange(3, dtype=np.int64), np.arange(3.0)
@@ -167,6 +171,7 @@ def test_copy_column_refuses_what_it_cannot_copy() -> None:
     assert ts_out.tolist() == [0, 0, 1, 2] and vals_out.tolist() == [0.0, 0.0, 1.0, 2.0]
 
 
+@pytest.mark.compiled
 def test_a_long_column_is_a_chunk_of_its_own() -> None:
     # Growing a column of long calls would copy them more than joining their chunks once.
     buf = Buffer()

@@ -40,7 +40,8 @@ def test_a_str_subclass_channel_runs_no_code_under_the_lock_outside_the_streams_
 
         def _check(self, what: str) -> None:
             stream = Channel.stream
-            if stream is not None and stream._core.lock.locked() and not interrupt._in_stateful_code(sys._getframe(1)):
+            locked = stream is not None and stream._sender.lock.locked()
+            if locked and not interrupt._in_stateful_code(sys._getframe(1)):
                 held_outside.append(what)
 
         def __hash__(self) -> int:

@@ -88,7 +88,7 @@ class _InterruptingTarget(RecordingTarget):
         self.marked = threading.Event()
 
     def watch(self, s: NominalStream) -> None:
-        core = s._core
+        core = s._sender
         mark = core.mark_interrupted
 
         def marked() -> None:

@@ -897,6 +897,7 @@ _SERIES_VALUES = {
     ),
     st.data(),
 )
+@pytest.mark.compiled
 def test_the_compiled_double_points_settle_exactly_as_the_python_ones(
     points: list[tuple[str, int]], data: st.DataObject
 ) -> None:

@@ -288,7 +288,7 @@ def test_tag_order_does_not_matter() -> None:
         s.enqueue("x", 2, 2.0, tags={"b": "2", "a": "1"})
         s.enqueue("x", 3, 3.0, tags={"b": "2", "a": "1"})
     assert target.points() == {SeriesKey("x", (("a", "1"), ("b", "2"))): [(1, 1.0), (2, 2.0), (3, 3.0)]}
-    assert len(s._core.staged._tagged) == 2  # both spellings cached for the fast path
+    assert len(s._sender.staged._tagged) == 2  # both spellings cached for the fast path
 
 
 def test_repeated_float64_batches_of_a_known_series_keep_order_copies_and_checks() -> None:

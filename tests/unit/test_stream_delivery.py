@@ -239,8 +239,8 @@ def test_a_request_written_off_at_close_is_not_also_sent_to_the_fallback() -> No
         jitter=0.0,
     )
     s.enqueue_batch("a", [1, 2, 3], [1.0, 2.0, 3.0])
-    s._core.cut_and_register(final=True)
-    s._core.submit(s._core.take_submits())
+    s._sender.cut_and_register(final=True)
+    s._sender.submit(s._sender.take_submits())
     assert attempted.wait(5)  # the first attempt failed; the worker now waits 2 s to retry
     with pytest.raises(Exception, match="close timed out"):
         s.close(timeout=0.3)

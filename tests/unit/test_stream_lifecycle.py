@@ -143,7 +143,7 @@ def test_sigint_during_close_drains_then_raises_and_a_second_one_cuts_the_drain(
     s = NominalStream(target, dataset_rid="ri.x.1", linger=None, max_attempts=1)
     s.enqueue("a", 1, 1.0)
     first_seen = threading.Event()
-    core = s._core
+    core = s._sender
     mark = core.mark_interrupted
 
     def marked() -> None:
@@ -167,7 +167,7 @@ def test_sigint_inside_stream_code_is_deferred_to_the_next_write() -> None:
     s = NominalStream(target, dataset_rid="ri.x.1", linger=None)
     s.enqueue("a", 1, 1.0)
     # What the handler does when the interrupt lands inside the stream: mark, raise nothing.
-    s._core.mark_interrupted()
+    s._sender.mark_interrupted()
     with pytest.raises(KeyboardInterrupt):
         s.enqueue("a", 2, 2.0)
     with pytest.raises(StreamClosedError):
@@ -198,7 +198,7 @@ def test_sigint_handler_holds_no_strong_reference() -> None:
     s = NominalStream(RecordingTarget(), dataset_rid="ri.x.1", linger=None)
     handler = signal.getsignal(signal.SIGINT)
     assert handler is not signal.default_int_handler
-    core = s._core
+    core = s._sender
     refs = [c.cell_contents for c in (handler.__closure__ or ())]  # type: ignore[union-attr]
     assert s not in refs and core not in refs
     s.close()
@@ -264,12 +264,12 @@ def test_linger_cuts_partial_buffers_by_the_injected_clock() -> None:
     target = RecordingTarget()
     s = NominalStream(target, dataset_rid="ri.x.1", linger=1.0, clock=lambda: now[0])
     s.enqueue("a", 1, 1.0)
-    s._core.poll_linger()
-    assert s._core.seq == 0  # nothing cut before the linger passed
+    s._sender.poll_linger()
+    assert s._sender.seq == 0  # nothing cut before the linger passed
     now[0] += 1.0
-    s._core.poll_linger()
-    assert s._core.seq == 1  # the partial buffer was cut by the timer, not by flush
-    assert s.flush().points == 1 and s._core.seq == 1
+    s._sender.poll_linger()
+    assert s._sender.seq == 1  # the partial buffer was cut by the timer, not by flush
+    assert s.flush().points == 1 and s._sender.seq == 1
     s.close()
 
 
