@@ -46,7 +46,7 @@ import sys
 import tempfile
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -335,9 +335,7 @@ def _table(
         row += " " + ", ".join(f"{per_point[(name, c)]:.2f}" for c in clients) + " |"
         print(row)
     if ("enqueue_1m", OURS) in per_point and ("enqueue_100", OURS) in per_point:
-        growth = ", ".join(
-            f"{c} {per_point[('enqueue_1m', c)] / per_point[('enqueue_100', c)]:.1f}x" for c in clients
-        )
+        growth = ", ".join(f"{c} {per_point[('enqueue_1m', c)] / per_point[('enqueue_100', c)]:.1f}x" for c in clients)
         print(f"\nCPU a point over 10^6 series / over 100 series (enqueue): {growth}")
 
 
