@@ -73,7 +73,7 @@ def _interleaved_run(
             other = PointBatch()
             other.add_series(ch, [t], [rng.choice([t + 0.125, f"z{t}"])], tags)
             if ch != "d1" or other.vtype_of(key) is ValueType.DOUBLE:
-                other.add_tagged("d1", t, t + 0.375, tags)
+                other.add_point("d1", t, t + 0.375, tags)
             chunks = other.take()
             sent += [(c.key, a, b) for c in chunks for a, b in zip(c.timestamps.tolist(), c.values, strict=True)]
             call = functools.partial(s.enqueue_chunks, chunks)
