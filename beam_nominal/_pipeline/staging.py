@@ -741,21 +741,40 @@ class PointBatch:
 
     def move_into(self, buffer: Buffer) -> None:
         """Everything appended so far into a stream's buffer, as :meth:`take` gives it, but for
-        single doubles: those go as loose points (``Buffer.add_loose``, the three columns as
-        they are), so that nothing is made per series. Chunks go first: any single double
-        pending came after them (rows and single points settle each other on arrival)."""
-        if not len(self.doubles):
-            for chunk in self.take():
-                buffer.add(*chunk)
-            return
-        codes, ts, vals = self.doubles.take()
-        codes = np.frombuffer(codes, np.int64)
+        single doubles and the rows of one block of wide records of floats: those go as loose
+        points (``Buffer.add_loose``: a row's values, one per channel, each a point), so that
+        nothing is made per series. Chunks go first: what is pending came after them (rows and
+        single points settle each other on arrival, so at most one of the two is pending)."""
+        loose = self._take_doubles() if len(self.doubles) else self._take_plain_rows() if self._rows else None
         if self.points:
             for chunk in self.take():
                 buffer.add(*chunk)
-        buffer.add_loose(
-            self._slots, codes, np.frombuffer(ts, np.int64), np.frombuffer(vals, _F64), double_bytes(len(codes))
-        )
+        if loose is not None:
+            codes, ts, vals = loose
+            buffer.add_loose(self._slots, codes, ts, vals, double_bytes(len(codes)))
+
+    def _take_doubles(self) -> tuple[Any, Any, Any]:
+        codes, ts, vals = self.doubles.take()
+        return np.frombuffer(codes, np.int64), np.frombuffer(ts, np.int64), np.frombuffer(vals, _F64)
+
+    def _take_plain_rows(self) -> tuple[Any, Any, Any] | None:
+        """The rows of the one pending block, if it is plain (floats of double series, no gaps)
+        and no other block holds rows, as columns of points in record order; else None,
+        having taken nothing."""
+        pending = [block for block in self._blocks.values() if block.rows]
+        if len(pending) != 1 or not pending[0].plain:
+            return None
+        block = pending[0]
+        rows, width = len(block.rows), block.width
+        codes = np.tile(np.fromiter(map(_code, block.slots), np.int64, width), rows)  # type: ignore[arg-type]
+        ts = np.repeat(np.fromiter(block.ts, np.int64, rows), width)
+        vals = np.array(block.rows, dtype=np.float64).reshape(-1)
+        block.ts, block.rows, block.seq = [], [], []
+        self.counted -= rows * width
+        self.nbytes -= rows * width * POINT_BYTES  # what row_bytes counted for them
+        self._rows = False
+        self._fast_paths(True)
+        return codes, ts, vals
 
     def _put(self, slot: _Slot, ts: Any, vals: Any, nbytes: int) -> None:
         chunks = slot.chunks

@@ -132,3 +132,23 @@ def test_a_point_larger_than_the_budget_still_goes_alone() -> None:
     assert [len(c.request.batches) for c in cuts] == [1, 1]
     assert _delivered(cuts) == _expected([("x" * 100, T0, 1.0), ("y" * 100, T0 + 1, 2.0)])
 
+
+
+def test_wide_records_of_floats_go_as_loose_points_in_record_order() -> None:
+    channels = [f"w{k}" for k in range(300)]
+    batch, buffer = PointBatch(), Buffer()
+    want: dict[SeriesKey, list[tuple[int, float]]] = {}
+    for r in range(7):
+        record = {ch: r * 1000.0 + k for k, ch in enumerate(channels)}
+        batch.add_record(T0 + r, record)
+        for ch, v in record.items():
+            want.setdefault(SeriesKey(ch), []).append((T0 + r, v))
+        if r == 2:
+            batch.move_into(buffer)
+            assert buffer.loose and buffer.loose_points == 900
+        if r == 4:  # single points between records: each series keeps its order
+            batch.add_point("w3", T0 + 100, -1.0, None)
+            want[SeriesKey("w3")].append((T0 + 100, -1.0))
+    batch.move_into(buffer)
+    assert batch.points == 0 and batch.nbytes == 0
+    assert _delivered(_cut_all(buffer, max_bytes=8_000, max_points=10**6)) == want
