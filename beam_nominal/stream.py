@@ -836,6 +836,18 @@ class NominalStream(_WritesBase):
             return
         self._write(self._core.staged.checked_chunks, chunks)
 
+    def enqueue_staged(self, batch: PointBatch) -> None:
+        """Write what a ``PointBatch`` holds, in one call, leaving it empty: how ``WriteToNominal``
+        hands a bundle's elements over (``PointBatch.absorb``: single doubles of many series
+        without a chunk per series).
+
+        Raises:
+            SeriesTypeError: a series' type conflicts with its series here; nothing of the call
+                is buffered.
+        """
+        if batch.points:
+            self._write(self._core.staged.absorb, batch)
+
     def enqueue_from_dict(
         self, timestamp: Any, channel_values: Mapping[str, Any], tags: Mapping[str, str] | None = None
     ) -> None:

@@ -281,6 +281,10 @@ class PointBatch:
         self._rows = False
         #: Records appended to blocks so far (their rows' sequence numbers).
         self._seq = 0
+        #: Loose points taken from other batches (``absorb``), in this batch's codes: (codes,
+        #: int ns, float64 values) column triples, ahead of anything else pending; counted in
+        #: ``counted`` and ``nbytes``.
+        self._absorbed: list[tuple[Any, Any, Any]] = []
         #: Called with no arguments whenever ``fast`` or ``doubles`` is rebound (kept by
         #: clear()): the compiled ``WriteDoFn.process`` holds the two rather than look them up
         #: per point.
@@ -745,6 +749,13 @@ class PointBatch:
         points (``Buffer.add_loose``: a row's values, one per channel, each a point), so that
         nothing is made per series. Chunks go first: what is pending came after them (rows and
         single points settle each other on arrival, so at most one of the two is pending)."""
+        if self._absorbed:
+            absorbed, self._absorbed = self._absorbed, []
+            points = sum(len(a[0]) for a in absorbed)
+            self.counted -= points
+            self.nbytes -= double_bytes(points)
+            for codes, ts, vals in absorbed:
+                buffer.add_loose(self._slots, codes, ts, vals, double_bytes(len(codes)))
         loose = self._take_doubles() if len(self.doubles) else self._take_plain_rows() if self._rows else None
         if self.points:
             for chunk in self.take():
@@ -752,6 +763,55 @@ class PointBatch:
         if loose is not None:
             codes, ts, vals = loose
             buffer.add_loose(self._slots, codes, ts, vals, double_bytes(len(codes)))
+
+    def absorb(self, other: PointBatch) -> list[Chunk] | None:
+        """What ``other`` holds (a bundle's batch, handed to its stream in one call), checked
+        against this batch's series; ``other`` is left empty.
+
+        When ``other`` holds only single doubles or the rows of one block of floats, and this
+        batch nothing but points it absorbed before, they are kept here as loose points in this
+        batch's codes (nothing made per series; returns None). Anything else is
+        ``checked_chunks(other.take())``, returned for the caller to buffer after what this
+        batch holds. Either way nothing of ``other`` is kept if a series' type conflicts.
+        """
+        plain_rows = other._rows and not len(other.doubles)
+        if (
+            other.flat
+            or other._filled
+            or other._absorbed
+            or self.points != self._absorbed_points()
+            or (plain_rows and not _one_plain_block(other))
+            or not (len(other.doubles) or plain_rows)
+        ):
+            return self.checked_chunks(other.take())
+        theirs = other._slots
+        loose = other._take_doubles() if len(other.doubles) else other._take_plain_rows()
+        assert loose is not None
+        codes, ts, vals = loose
+        present = np.flatnonzero(np.bincount(codes, minlength=len(theirs))).tolist()
+        known = self._by_key
+        new: list[SeriesKey] = []
+        for code in present:
+            key = theirs[code].key
+            mine = known.get(key)
+            if mine is None:
+                new.append(key)
+            elif mine.vtype is not ValueType.DOUBLE:
+                raise SeriesTypeError(
+                    f"series {key.describe()} is pinned to {mine.vtype.value} by its first value; got a double "
+                    "column. Nothing from this call was buffered."
+                )
+        for key in new:
+            self._register(_Slot(-1, key, ValueType.DOUBLE, float), key.channel, dict(key.tags) or None)
+        to_mine = np.zeros(len(theirs), np.int64)
+        to_mine[present] = [known[theirs[c].key].code for c in present]
+        self._absorbed.append((to_mine[codes], ts, vals))
+        self.counted += len(codes)
+        self.nbytes += double_bytes(len(codes))
+        return None
+
+    def _absorbed_points(self) -> int:
+        return sum(len(a[0]) for a in self._absorbed)
 
     def _take_doubles(self) -> tuple[Any, Any, Any]:
         codes, ts, vals = self.doubles.take()
@@ -902,7 +962,13 @@ class PointBatch:
 
     def _settle(self) -> None:
         """Move single points and rows into their series' chunks (at most one of the two is
-        pending: each settles the other before it takes a point)."""
+        pending: each settles the other before it takes a point), after absorbed points."""
+        if self._absorbed:
+            absorbed, self._absorbed = self._absorbed, []
+            points = sum(len(a[0]) for a in absorbed)
+            self.counted -= points
+            self.nbytes -= double_bytes(points)
+            self._settle_singles(*(np.concatenate(c) for c in zip(*absorbed, strict=True)))
         if self.flat or len(self.doubles):
             self._settle_flat()
         if self._rows:
@@ -1057,6 +1123,12 @@ def _point_bytes(value: Any) -> int:
         return POINT_BYTES + DOUBLE_BYTES * len(value)  # a double-array row
     except TypeError:
         return POINT_BYTES  # a number
+
+
+def _one_plain_block(batch: PointBatch) -> bool:
+    """Whether one block of ``batch`` holds rows, and it is plain (floats of double series)."""
+    pending = [block for block in batch._blocks.values() if block.rows]
+    return len(pending) == 1 and pending[0].plain
 
 
 def _code(slot: _Slot) -> int:

@@ -339,7 +339,7 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
 
     def _handover(self) -> None:
         """The batch to the stream, in one call; its errors fail the bundle."""
-        self._stream.enqueue_chunks(self._batch.take())
+        self._stream.enqueue_staged(self._batch)
 
     def _rebind(self) -> None:
         """Tell the compiled ``process`` what it reads (the Python one reads the attributes), now
@@ -370,7 +370,7 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
             return None
         rejected: list[FailedElement] = []
         try:
-            stream.enqueue_chunks(self._batch.take())
+            stream.enqueue_staged(self._batch)
             try:
                 report = stream.flush()
             except DeliveryError as exc:
@@ -514,5 +514,5 @@ class WriteChunksDoFn(WriteDoFn):
                 # failure names its series and points, as a series the server refused does.
                 out.extend(self._fail(_chunk_failed(chunk, exc)))
         if self._batch.nbytes >= HANDOVER_BYTES:
-            self._stream.enqueue_chunks(self._batch.take())
+            self._stream.enqueue_staged(self._batch)
         return out

@@ -152,3 +152,39 @@ def test_wide_records_of_floats_go_as_loose_points_in_record_order() -> None:
     batch.move_into(buffer)
     assert batch.points == 0 and batch.nbytes == 0
     assert _delivered(_cut_all(buffer, max_bytes=8_000, max_points=10**6)) == want
+
+
+def test_a_batch_absorbed_keeps_its_points_loose_and_in_order() -> None:
+    points = _points(5_000, 800, seed=5)
+    mine, buffer = PointBatch(), Buffer()
+    mine.add_point(points[0][0], T0 - 1, 9.0, None)  # a series this batch knows, under another code
+    mine.move_into(buffer)
+    for part in (points[:2_000], points[2_000:]):
+        theirs = PointBatch()
+        for ch, t, v in part:
+            theirs.add_point(ch, t, v, None)
+        assert mine.absorb(theirs) is None
+        assert theirs.points == 0
+    assert mine.points == len(points)
+    mine.move_into(buffer)
+    assert mine.points == 0 and mine.nbytes == 0
+    want = _expected(points)
+    want[SeriesKey(points[0][0])].insert(0, (T0 - 1, 9.0))
+    assert _delivered(_cut_all(buffer, max_bytes=20_000, max_points=10**6)) == want
+
+
+def test_an_absorbed_double_conflicting_with_a_pinned_series_buffers_nothing() -> None:
+    import pytest
+
+    from beam_nominal.errors import SeriesTypeError
+
+    mine = PointBatch()
+    mine.add_point("text", T0, "a string", None)
+    taken = mine.take()
+    theirs = PointBatch()
+    theirs.add_point("new", T0, 1.0, None)
+    theirs.add_point("text", T0, 2.0, None)
+    with pytest.raises(SeriesTypeError, match="'text' is pinned to string"):
+        mine.absorb(theirs)
+    assert mine.points == 0 and mine.vtype_of(SeriesKey("new")) is None
+    assert taken
