@@ -607,14 +607,17 @@ def encode_records(
 _JOIN_BELOW = 256
 
 
-#: Records in a block from which one of double series is laid out by :func:`_double_records`.
+#: Records in a block from which one of double series is laid out by :func:`_double_records`,
+#: and the most points a record may hold on average there (the gather copies byte by byte,
+#: where the general path copies a record's timestamps and values as whole slices).
 _MANY_RECORDS = 64
+_FEW_POINTS = 16
 _DOUBLE = ValueType.DOUBLE
 
 
 def _double_records(batches: list[SeriesBatch]) -> tuple[memoryview, int, int] | None:
     """:func:`encode_records` of many batches of double series each with timestamps of its own
-    (the packer's cut of single points over many series), laid out with no Python work per
+    (the packer's cut of single points over many series), a few points each, laid out with no Python work per
     record but reading its batch: every part of every record (name, counts, timestamps, values,
     tags) is a run of one of a few byte streams each encoded whole, and one gather copies the
     runs into place. None, having written nothing, where a batch is anything else (another type,
@@ -623,6 +626,11 @@ def _double_records(batches: list[SeriesBatch]) -> tuple[memoryview, int, int] |
     if any(b.value_type is not _DOUBLE for b in batches):
         return None
     stamps = [b.timestamps for b in batches]
+    try:
+        if sum(map(len, stamps)) > _FEW_POINTS * len(stamps):
+            return None  # long records: the general path copies each as a few slices
+    except TypeError:
+        return None
     if len({id(t) for t in stamps}) != len(stamps):
         return None  # wide records' shared timestamps: the general path encodes each once
     try:

@@ -97,3 +97,11 @@ def test_other_blocks_take_the_record_by_record_path() -> None:
     accented[7] = SeriesBatch(SeriesKey.of("é"), ValueType.DOUBLE, np.arange(2, dtype=np.int64), np.ones(2))
     assert _avro_block._double_records(accented) is None
     assert bytes(encode_records(accented, "long")[0]) == _record_by_record(accented)
+
+
+def test_long_records_take_the_record_by_record_path() -> None:
+    long = [
+        SeriesBatch(SeriesKey.of(f"l{i}"), ValueType.DOUBLE, np.arange(100, dtype=np.int64), np.ones(100))
+        for i in range(100)
+    ]
+    assert _avro_block._double_records(long) is None
