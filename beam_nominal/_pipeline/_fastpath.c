@@ -41,6 +41,12 @@
  * _DOUBLE_STRIDE). */
 #define DOUBLE_POINT_BYTES 25
 
+/* The stream's budget estimates of a single point (sizes.POINT_BYTES) and of a string-array
+ * item's framing (sizes.STRING_ITEM_BYTES): exported as module constants, which a test holds
+ * equal to sizes.py's. */
+#define POINT_BYTES 24
+#define STRING_ITEM_BYTES 2
+
 /* DoublePoints: PointBatch's single points of double series, in arrival order, as three C
  * columns (series code, int ns, value). Where a flat list of Python objects held a point's int
  * and float until the batch settled, here they are let go with their element, and the settle
@@ -1013,7 +1019,7 @@ FastWrites_enqueue_float_array(FastWrites *self, PyObject *const *args, Py_ssize
         }
         if (row != NULL) {
             /* _append's estimate of a packed row: staging._point_bytes. */
-            Write w = {a[1], row, 24 + PyBytes_GET_SIZE(row), 1, 0, t};
+            Write w = {a[1], row, POINT_BYTES + PyBytes_GET_SIZE(row), 1, 0, t};
             rc = locked_write(self, str_fast_arrays, a[0], &w);
             Py_DECREF(row);
         }
@@ -1056,7 +1062,7 @@ FastWrites_enqueue_string_array(FastWrites *self, PyObject *const *args, Py_ssiz
         }
         if (row != NULL) {
             /* _append's estimate of a string-array row: staging._point_bytes. */
-            Write w = {a[1], row, 24 + text + 2 * PyTuple_GET_SIZE(row), 1, 0, t};
+            Write w = {a[1], row, POINT_BYTES + text + STRING_ITEM_BYTES * PyTuple_GET_SIZE(row), 1, 0, t};
             rc = locked_write(self, str_fast_string_arrays, a[0], &w);
             Py_DECREF(row);
         }
@@ -1546,7 +1552,9 @@ PyInit__fastpath(void)
     }
     if (PyModule_AddObjectRef(m, "DoublePoints", (PyObject *)&DoublePointsType) < 0 ||
         PyModule_AddObjectRef(m, "FastProcess", (PyObject *)&FastProcessType) < 0 ||
-        PyModule_AddObjectRef(m, "FastWrites", (PyObject *)&FastWritesType) < 0) {
+        PyModule_AddObjectRef(m, "FastWrites", (PyObject *)&FastWritesType) < 0 ||
+        PyModule_AddIntConstant(m, "POINT_BYTES", POINT_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "STRING_ITEM_BYTES", STRING_ITEM_BYTES) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,6 +1,9 @@
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+POINT_BYTES: int
+STRING_ITEM_BYTES: int
+
 class DoublePoints:
     def append(self, code: int, timestamp: int, value: float, /) -> None: ...
     def columns(self) -> tuple[bytearray, bytearray, bytearray]: ...

@@ -12,19 +12,28 @@ and no join at the cut (grouped: ~10% less client CPU, docs/benchmarks.md). The 
 follows the series' chunks; a chunk added after it closes it (it becomes a chunk, never written
 again, so a request may hold views of it).
 
+Single double points of many series arrive instead as loose points (``add_loose``): three
+columns (series code, int ns, float) in arrival order, codes numbered by the staging batch that
+made them, appended as they come with nothing made per series. The packer groups them once per
+cut (one stable sort by code, which is first-seen series order), so a point costs the same over
+a million series as over a hundred. A chunk or column added while loose points are pending first
+spills them into their series' buffers (``_spill_loose``), so that each series keeps its arrival
+order; the packer spills them too when both kinds are pending.
+
 Nothing here is thread-safe; the stream serialises access with its lock.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from beam_nominal._pipeline import blocks
+from beam_nominal._pipeline.sizes import double_bytes, series_overhead
 from beam_nominal.errors import SeriesTypeError
 from beam_nominal.model import SeriesKey, ValueType
 
@@ -36,10 +45,6 @@ except ImportError:  # built without the C extension, whose enqueue_batch alone 
 
 __all__ = ["Buffer", "SeriesBuffer"]
 
-#: Estimated encoded bytes of one timestamp (the fast encoder writes fixed-width timestamps).
-TS_BYTES = 16
-#: Estimated encoded bytes of one series' header in a request, plus its name.
-SERIES_OVERHEAD = 24
 #: A double column of this many points or more is a chunk of its own rather than copied onto
 #: the open column: its chunk costs little a point, and growing a column of such calls cost
 #: more than joining them (deep, 100,000 points a call: ~5% more client CPU, more of it the
@@ -50,11 +55,6 @@ I64 = npt.NDArray[np.int64]
 # Python 3.11's EnumType has a __getattr__, so ValueType.DOUBLE costs ~90 ns a lookup: once a
 # call on the column path.
 _DOUBLE = ValueType.DOUBLE
-
-
-def _tag_bytes(tags: tuple[tuple[str, str], ...]) -> int:
-    """Estimated request bytes of a series' tags (part of its per-series overhead)."""
-    return sum(len(k) + len(v) + 4 for k, v in tags)
 
 
 class SeriesBuffer:
@@ -83,7 +83,7 @@ class SeriesBuffer:
         self.val_chunks: list[Any] = []
         self.points = 0
         self.nbytes = 0
-        self.overhead = SERIES_OVERHEAD + len(key.channel) + _tag_bytes(key.tags)
+        self.overhead = series_overhead(key)
         #: The open column's (timestamps, values) arrays, its first column_points rows filled.
         self.column: tuple[I64, Any] | None = None
         self.column_points = 0
@@ -189,11 +189,82 @@ class Buffer:
         self.series: dict[SeriesKey, SeriesBuffer] = {}
         self.points = 0
         self.nbytes = 0
+        #: Loose points in arrival order: (codes, int ns, float64 values) column triples, all
+        #: coded by ``loose_series``, a staging batch's series by code (each with ``key`` and
+        #: ``vtype``; double series only), which only grows while points refer to it.
+        self.loose: list[tuple[I64, I64, Any]] = []
+        self.loose_series: Sequence[Any] = ()
+        self.loose_points = 0
+        self.loose_nbytes = 0
+
+    def add_loose(self, series: Sequence[Any], codes: I64, timestamps: I64, values: Any, nbytes: int) -> None:
+        """Append single double points of many series (``codes`` index ``series``; arrays the
+        buffer now owns), after everything added before."""
+        if self.loose and series is not self.loose_series:
+            self._spill_loose()
+        self.loose_series = series
+        self.loose.append((codes, timestamps, values))
+        n = len(codes)
+        self.loose_points += n
+        self.loose_nbytes += nbytes
+        self.points += n
+        self.nbytes += nbytes
+
+    def take_loose(self) -> tuple[I64, I64, Any]:
+        """Remove the loose points: (codes, timestamps, values), each series' points in arrival
+        order and the series in code order (a stable sort by code)."""
+        loose, self.loose = self.loose, []
+        self.points -= self.loose_points
+        self.nbytes -= self.loose_nbytes
+        self.loose_points = self.loose_nbytes = 0
+        if len(loose) == 1:
+            codes, ts, vals = loose[0]
+        else:
+            codes = np.concatenate([p[0] for p in loose])
+            ts = np.concatenate([p[1] for p in loose])
+            vals = np.concatenate([p[2] for p in loose])
+        if len(codes) > 1 and not (codes[1:] >= codes[:-1]).all():
+            # Codes below 2**16 (nearly always) sort stably by radix, in O(n).
+            order = (codes.astype(np.uint16) if len(self.loose_series) <= 65536 else codes).argsort(kind="stable")
+            codes, ts, vals = codes[order], ts[order], vals[order]
+        return codes, ts, vals
+
+    def put_back_loose(self, codes: I64, timestamps: I64, values: Any, nbytes: int) -> None:
+        """Return the part of ``take_loose``'s points a cut left, ahead of any added since."""
+        self.loose.insert(0, (codes, timestamps, values))
+        n = len(codes)
+        self.loose_points += n
+        self.loose_nbytes += nbytes
+        self.points += n
+        self.nbytes += nbytes
+
+    def _spill_loose(self) -> None:
+        """Move the loose points into their series' buffers (before a chunk of any series, so
+        that every series keeps its arrival order)."""
+        series = self.loose_series
+        nbytes = self.loose_nbytes
+        codes, ts, vals = self.take_loose()
+        self.points += len(codes)
+        self.nbytes += nbytes
+        ends = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+        starts = [0, *ends.tolist()]
+        stops = [*ends.tolist(), len(codes)]
+        for start, stop, code in zip(starts, stops, codes[starts].tolist(), strict=True):
+            one = series[code]
+            s = self._series(one.key, one.vtype)
+            if s.column is not None:
+                s._close_column()
+            s.ts_chunks.append(ts[start:stop])
+            s.val_chunks.append(vals[start:stop])
+            s.points += stop - start
+            s.nbytes += double_bytes(stop - start)
 
     def add(self, key: SeriesKey, vtype: ValueType, timestamps: I64, values: Any, nbytes: int) -> None:
         """Append a column chunk (values in SeriesBatch form for ``vtype``; a ``Chunk``'s fields)
         to the series of a key whose names are already checked, created with ``vtype`` if new;
         SeriesTypeError if it exists with another type."""
+        if self.loose:
+            self._spill_loose()
         s = self._series(key, vtype)
         if s.column is not None:
             s._close_column()
@@ -209,6 +280,8 @@ class Buffer:
         """:meth:`add` of a double column checked but for -2**63 timestamps, copied onto the
         series' open column (the caller may reuse its arrays); False, and nothing added, if a
         timestamp is -2**63."""
+        if self.loose:
+            self._spill_loose()
         s = self._series(key, _DOUBLE)
         if not s.put_column(timestamps, values):
             return False

@@ -6,14 +6,19 @@ only on what is buffered (which depends only on input order) and the budget, so 
 bundle produces byte-identical requests and therefore the same idempotency keys.
 
 A wide record batch's columns arrive as views of one transposed matrix sharing one timestamps
-array (``staging.py``); a series holding one chunk goes into the request as it is.
+array (``staging.py``); a series holding one chunk goes into the request as it is. Loose points
+(single doubles of many series, ``buffer.py``) are grouped by series once per cut, each series'
+batch a view of the sorted columns: nothing is made per series before the cut.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from beam_nominal._pipeline.buffer import Buffer
+from beam_nominal._pipeline.sizes import DOUBLE_POINT_BYTES, series_overhead
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.model import ValueType
 from beam_nominal.targets.base import Request
@@ -26,6 +31,9 @@ _NEW_BATCH = SeriesBatch.__new__
 _SET_KEY, _SET_TYPE, _SET_TS, _SET_VALUES = (
     SeriesBatch.__dict__[f].__set__ for f in ("key", "value_type", "timestamps", "values")
 )
+
+
+_DOUBLE = ValueType.DOUBLE
 
 
 def _batch(key: Any, vtype: ValueType, ts: Any, values: Any) -> SeriesBatch:
@@ -73,6 +81,10 @@ def cut_requests(
     """
     if not final and buffer.nbytes < max_bytes and buffer.points < max_points:
         return []
+    if buffer.loose:
+        if buffer.points == buffer.loose_points:
+            return _cut_loose(buffer, dataset_rid, max_bytes, max_points, final, next_seq, source_name)
+        buffer._spill_loose()
     cuts: list[Cut] = []
     batches: list[SeriesBatch] = []
     room_bytes, room_points, taken_bytes = max_bytes, max_points, 0
@@ -113,4 +125,82 @@ def cut_requests(
     if batches:
         # Final: the partial remainder. Not final: the budget was met up to estimate rounding.
         emit()
+    return cuts
+
+
+def _cut_loose(
+    buffer: Buffer,
+    dataset_rid: str,
+    max_bytes: int,
+    max_points: int,
+    final: bool,
+    next_seq: int,
+    source_name: str | None,
+) -> list[Cut]:
+    """:func:`cut_requests` of a buffer holding loose points only: series in code order, each
+    request filled with whole series up to the budget (found by a search of the running sums,
+    not series by series) and then the part of the next series that fits; each batch a view of
+    the columns sorted once. What a non-final cut leaves goes back to the buffer."""
+    series = buffer.loose_series
+    codes, ts, vals = buffer.take_loose()
+    total = len(codes)
+    cut_at = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+    starts_arr = np.concatenate(([0], cut_at))
+    counts_arr = np.diff(np.append(starts_arr, total))
+    keys = [series[c].key for c in codes[starts_arr].tolist()]
+    per_point = DOUBLE_POINT_BYTES
+    overheads = np.fromiter(map(series_overhead, keys), np.int64, len(keys))
+    cum_bytes = np.cumsum(overheads + counts_arr * per_point)
+    cum_points = np.cumsum(counts_arr)
+    starts, counts, ovs = starts_arr.tolist(), counts_arr.tolist(), overheads.tolist()
+    groups = len(keys)
+    cuts: list[Cut] = []
+    g = 0
+    done = 0  # points of series g already cut
+    while g < groups:
+        at = starts[g] + done
+        left = total - at
+        if not final and left * per_point < max_bytes and left < max_points:
+            buffer.put_back_loose(codes[at:], ts[at:], vals[at:], left * per_point)
+            return cuts
+        batches: list[SeriesBatch] = []
+        room_bytes, room_points = max_bytes, max_points
+        if done:  # the rest of a series split by the last request
+            n = min(counts[g] - done, room_points, max(0, room_bytes - ovs[g]) // per_point) or 1
+            batches.append(_batch(keys[g], _DOUBLE, ts[at : at + n], vals[at : at + n]))
+            room_bytes -= ovs[g] + n * per_point
+            room_points -= n
+            done += n
+            if done == counts[g]:
+                g, done = g + 1, 0
+        if not done and g < groups:
+            base_bytes = int(cum_bytes[g - 1]) if g else 0
+            base_points = int(cum_points[g - 1]) if g else 0
+            end = min(
+                int(np.searchsorted(cum_bytes, base_bytes + room_bytes, "right")),
+                int(np.searchsorted(cum_points, base_points + room_points, "right")),
+            )
+            if end > g:
+                batches += [
+                    _batch(k, _DOUBLE, ts[a : a + c], vals[a : a + c])
+                    for k, a, c in zip(keys[g:end], starts[g:end], counts[g:end], strict=True)
+                ]
+                room_bytes -= int(cum_bytes[end - 1]) - base_bytes
+                room_points -= int(cum_points[end - 1]) - base_points
+                g = end
+            if g < groups:
+                # The part of the next series that fits; a point larger than the whole budget
+                # still goes, alone.
+                n = min(counts[g], room_points, max(0, room_bytes - ovs[g]) // per_point)
+                if n == 0 and not batches:
+                    n = 1
+                if n:
+                    a = starts[g]
+                    batches.append(_batch(keys[g], _DOUBLE, ts[a : a + n], vals[a : a + n]))
+                    room_points -= n
+                    done = n
+                    if done == counts[g]:
+                        g, done = g + 1, 0
+        taken = max_points - room_points
+        cuts.append(Cut(Request(dataset_rid, batches, source_name, next_seq + len(cuts)), taken * per_point))
     return cuts

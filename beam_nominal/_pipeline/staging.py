@@ -33,11 +33,12 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from types import WrapperDescriptorType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from beam_nominal._pipeline import frames
+from beam_nominal._pipeline.sizes import DOUBLE_BYTES, POINT_BYTES, STRING_ITEM_BYTES, TS_BYTES, double_bytes
 from beam_nominal._pipeline.values import (
     SCALAR_CONVERTERS,
     UNCHECKED_TYPES,
@@ -55,6 +56,9 @@ from beam_nominal._pipeline.values import (
     value_bytes,
 )
 from beam_nominal.errors import SeriesTypeError
+
+if TYPE_CHECKING:
+    from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal.model import (
     MAX_NAME_CHARS,
     SeriesKey,
@@ -68,7 +72,7 @@ from beam_nominal.model import (
     timestamps_ns,
 )
 
-__all__ = ["Chunk", "ElementError", "PointBatch", "is_column"]
+__all__ = ["Chunk", "ElementError", "PointBatch", "double_bytes", "is_column"]
 
 
 class _DoublePoints:
@@ -118,8 +122,6 @@ _F64 = np.dtype(np.float64)
 _KEYS_KEPT = 65536
 #: ``PointBatch.fast`` while rows are pending: never written.
 _NO_FAST: dict[str, int] = {}
-#: Estimated encoded bytes of one timestamp (the stream's budget unit; see buffer.TS_BYTES).
-_TS_BYTES = 16
 
 
 class ElementError(ValueError):
@@ -160,7 +162,17 @@ class _Slot:
         #: Checks and normalises one scalar of this type (raises Mismatch), or None for
         #: arrays and structs.
         self.conv = SCALAR_CONVERTERS.get(vtype)
-        self.chunks: list[tuple[Any, Any, int]] = []
+        #: Settled (timestamps, values, bytes) chunks; an empty tuple until the first, so a
+        #: series of single points holds no list of its own.
+        self.chunks: list[tuple[Any, Any, int]] | tuple[()] = ()
+
+
+# A new double series' slot and key made without their __init__/__new__ (Python-level calls):
+# over a million new series these were a third of a point's cost.
+_new_slot = object.__new__
+_new_tuple = tuple.__new__
+_DOUBLE = ValueType.DOUBLE
+_DOUBLE_CONV = SCALAR_CONVERTERS.get(ValueType.DOUBLE)
 
 
 class _Block:
@@ -169,10 +181,10 @@ class _Block:
     __slots__ = ("checks", "keys", "plain", "rows", "seq", "slots", "texts", "ts", "types", "width")
 
     def row_bytes(self, row: list[Any]) -> int:
-        """Estimated encoded bytes of one row (24 a point, plus its text)."""
+        """Estimated encoded bytes of one row (``POINT_BYTES`` a point, plus its text)."""
         if not self.texts:
-            return 24 * self.width
-        return 24 * self.width + text_bytes([row[j] for j in self.texts])
+            return POINT_BYTES * self.width
+        return POINT_BYTES * self.width + text_bytes([row[j] for j in self.texts])
 
     def __init__(self, keys: tuple[Any, ...], types: tuple[type, ...], slots: list[_Slot | None]) -> None:
         self.keys = keys
@@ -292,7 +304,7 @@ class PointBatch:
     def add_fast(self, channel: Any, ts: Any, value: Any) -> bool:
         """Append a point of a known untagged double series whose value is a float and timestamp
         an int ns, or do nothing and return False (the caller then takes the checked path,
-        :meth:`add_tagged`).
+        :meth:`add_point`).
 
         The hot path of the package: three type tests and a dict lookup, and the point goes to
         ``doubles`` in one append. The compiled ``WriteDoFn.process`` (``_fastpath.c``)
@@ -311,14 +323,49 @@ class PointBatch:
             return True
         return False
 
-    def add_tagged(self, channel: Any, ts: Any, value: Any, tags: Any) -> None:
+    def add_point(self, channel: Any, ts: Any, value: Any, tags: Any) -> None:
         """One point; ``tags`` (a mapping or None) are merged over the batch's tags."""
+        if (
+            type(value) is float
+            and type(channel) is str
+            and not tags
+            and not self._base
+            and channel not in self._untagged
+            and self._new_double(channel, ts, value)
+        ):
+            return
         slot, new = self._slot_for(channel, tags)
         t = self._timestamp(ts)
         slot, value = self._value_for(slot, new, value)
         if new:
             self._register(slot, channel, tags)
         self._append(slot, t, value)
+
+    def _new_double(self, channel: str, ts: Any, value: float) -> bool:
+        """The first point of an untagged double series named by a plain str, in a batch without
+        tags of its own: the checks of ``_slot_for`` and ``_register`` that such a point needs,
+        made once (over a million series, each new, they were most of a point's cost); False,
+        having done nothing, for anything else (the general path names what is wrong)."""
+        if not channel or len(channel) > MAX_NAME_CHARS or not channel.isascii():
+            return False
+        t = ts if type(ts) is int and _INT64_MIN < ts <= _INT64_MAX else self._timestamp(ts)
+        # Its key is not in _by_key: an untagged key is registered under an equal channel in
+        # _untagged, which the caller looked in.
+        key = _new_tuple(SeriesKey, (channel, ()))
+        slots = self._slots
+        code = len(slots)
+        slot = _new_slot(_Slot)
+        slot.code, slot.key, slot.vtype, slot.chunks = code, key, _DOUBLE, ()
+        slot.unchecked, slot.conv = float, _DOUBLE_CONV
+        slots.append(slot)
+        self._by_key[key] = slot
+        self._untagged[channel] = slot
+        self.fast_columns[channel] = key
+        self._all_fast[channel] = code
+        if self._rows:
+            self._settle_rows()  # rows that came first stay first
+        self.doubles.append(code, t, value)
+        return True
 
     def _append(self, slot: _Slot, t: int, value: Any) -> None:
         """A checked point onto ``doubles`` or the flat list (the checked paths' one way there)."""
@@ -533,7 +580,7 @@ class PointBatch:
         if new:
             slot = _Slot(-1, slot.key, vt)
             self._register(slot, channel, tags)
-        return [Chunk(slot.key, vt, ts, vals, vbytes + _TS_BYTES * len(ts))]
+        return [Chunk(slot.key, vt, ts, vals, vbytes + TS_BYTES * len(ts))]
 
     def add_table(self, table: Any, timestamp_column: str, tags: Any = None) -> None:
         """A pyarrow ``Table``/``RecordBatch``: one channel per column besides the timestamps.
@@ -590,7 +637,7 @@ class PointBatch:
             vt, vals, vbytes = arrow_column(name, col, None if new else slot.vtype)
             if new:
                 slot = _Slot(-1, slot.key, vt)
-            prepared.append((slot, new, name, ts, vals, vbytes + _TS_BYTES * len(ts)))
+            prepared.append((slot, new, name, ts, vals, vbytes + TS_BYTES * len(ts)))
         out = []
         for slot, new, name, ts, vals, nbytes in prepared:
             if new:
@@ -616,16 +663,11 @@ class PointBatch:
                 raise _bad_value(channel, slot, value, vtype.value)
         self._append(slot, t, value)
 
-    def add_chunks(self, chunks: Sequence[Chunk]) -> None:
-        """Chunks already converted (another batch's :meth:`take`): all checked against the
-        series' types before any is appended."""
-        self._hold(self.checked_chunks(chunks))
-
     def checked_chunks(self, chunks: Sequence[Chunk]) -> list[Chunk]:
-        """:meth:`add_chunks` without holding the points (see :meth:`series_chunks`): every
-        chunk checked (its type against its series', its columns and tags readable) before any
-        series is registered; returns the chunks with points, each typed by the enum member
-        (which the buffer compares by identity)."""
+        """Chunks already converted (another batch's :meth:`take`), not held (see
+        :meth:`series_chunks`): every chunk checked (its type against its series', its columns
+        and tags readable) before any series is registered; returns the chunks with points,
+        each typed by the enum member (which the buffer compares by identity)."""
         seen: dict[SeriesKey, ValueType] = {}
         out: list[Chunk] = []
         for chunk in chunks:
@@ -692,15 +734,55 @@ class PointBatch:
         filled, self._filled = self._filled, []
         for slot in sorted(filled, key=_code):
             out.extend(Chunk(slot.key, slot.vtype, ts, vals, nbytes) for ts, vals, nbytes in slot.chunks)
-            slot.chunks = []
+            slot.chunks = ()
         self.counted = 0
         self.nbytes = 0
         return out
 
+    def move_into(self, buffer: Buffer) -> None:
+        """Everything appended so far into a stream's buffer, as :meth:`take` gives it, but for
+        single doubles and the rows of one block of wide records of floats: those go as loose
+        points (``Buffer.add_loose``: a row's values, one per channel, each a point), so that
+        nothing is made per series. Chunks go first: what is pending came after them (rows and
+        single points settle each other on arrival, so at most one of the two is pending)."""
+        loose = self._take_doubles() if len(self.doubles) else self._take_plain_rows() if self._rows else None
+        if self.points:
+            for chunk in self.take():
+                buffer.add(*chunk)
+        if loose is not None:
+            codes, ts, vals = loose
+            buffer.add_loose(self._slots, codes, ts, vals, double_bytes(len(codes)))
+
+    def _take_doubles(self) -> tuple[Any, Any, Any]:
+        codes, ts, vals = self.doubles.take()
+        return np.frombuffer(codes, np.int64), np.frombuffer(ts, np.int64), np.frombuffer(vals, _F64)
+
+    def _take_plain_rows(self) -> tuple[Any, Any, Any] | None:
+        """The rows of the one pending block, if it is plain (floats of double series, no gaps)
+        and no other block holds rows, as columns of points in record order; else None,
+        having taken nothing."""
+        pending = [block for block in self._blocks.values() if block.rows]
+        if len(pending) != 1 or not pending[0].plain:
+            return None
+        block = pending[0]
+        rows, width = len(block.rows), block.width
+        codes = np.tile(np.fromiter(map(_code, block.slots), np.int64, width), rows)  # type: ignore[arg-type]
+        ts = np.repeat(np.fromiter(block.ts, np.int64, rows), width)
+        vals = np.array(block.rows, dtype=np.float64).reshape(-1)
+        block.ts, block.rows, block.seq = [], [], []
+        self.counted -= rows * width
+        self.nbytes -= rows * width * POINT_BYTES  # what row_bytes counted for them
+        self._rows = False
+        self._fast_paths(True)
+        return codes, ts, vals
+
     def _put(self, slot: _Slot, ts: Any, vals: Any, nbytes: int) -> None:
-        if not slot.chunks:
+        chunks = slot.chunks
+        if chunks:
+            chunks.append((ts, vals, nbytes))
+        else:
             self._filled.append(slot)
-        slot.chunks.append((ts, vals, nbytes))
+            slot.chunks = [(ts, vals, nbytes)]
         self.nbytes += nbytes
 
     # -- internals ---------------------------------------------------------------------------------
@@ -928,7 +1010,7 @@ class PointBatch:
             col = double_rows_column(list(vals))
         else:
             col = list(vals)
-        self._put(slot, ts, col, _TS_BYTES * len(ts) + value_bytes(vt, col))
+        self._put(slot, ts, col, TS_BYTES * len(ts) + value_bytes(vt, col))
 
 
 _ARRAY_TYPES = (ValueType.DOUBLE_ARRAY, ValueType.STRING_ARRAY)
@@ -956,11 +1038,6 @@ def _c_level_str(cls: type) -> bool:
     return isinstance(cls.__hash__, WrapperDescriptorType) and isinstance(cls.__eq__, WrapperDescriptorType)
 
 
-def double_bytes(points: int) -> int:
-    """Estimated request bytes of ``points`` checked doubles and their timestamps."""
-    return (_TS_BYTES + 8) * points
-
-
 def double_column(key: SeriesKey, ts: Any, values: Any) -> Chunk:
     """The chunk of a checked double column (int64 ns, float64 values, copies the chunk owns):
     ``series_chunks``' fast path; the compiled ``enqueue_batch``'s (``_Core.put_double_column``)
@@ -971,15 +1048,15 @@ def double_column(key: SeriesKey, ts: Any, values: Any) -> Chunk:
 def _point_bytes(value: Any) -> int:
     """Rough encoded bytes of one converted value and its timestamp (for hand-over sizes)."""
     if type(value) is str:
-        return 24 + text_bytes((value,))
+        return POINT_BYTES + text_bytes((value,))
     if type(value) is tuple:  # a string array (values.string_row)
-        return 24 + text_bytes(value) + 2 * len(value)
+        return POINT_BYTES + text_bytes(value) + STRING_ITEM_BYTES * len(value)
     if type(value) is bytes:  # a double array's packed doubles (values.float_row)
-        return 24 + len(value)
+        return POINT_BYTES + len(value)
     try:
-        return 24 + 8 * len(value)  # a double-array row
+        return POINT_BYTES + DOUBLE_BYTES * len(value)  # a double-array row
     except TypeError:
-        return 24  # a number
+        return POINT_BYTES  # a number
 
 
 def _code(slot: _Slot) -> int:

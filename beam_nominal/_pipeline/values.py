@@ -26,6 +26,13 @@ import numpy as np
 import numpy.typing as npt
 
 from beam_nominal._pipeline import blocks
+from beam_nominal._pipeline.sizes import (
+    ARRAY_ROW_BYTES,
+    DOUBLE_BYTES,
+    FIXED_VALUE_BYTES,
+    STRING_ITEM_BYTES,
+    TEXT_VALUE_BYTES,
+)
 from beam_nominal.errors import SeriesTypeError
 from beam_nominal.model import ValueType
 
@@ -36,7 +43,6 @@ except ImportError:  # built without the C extension
     join_into = None
 
 __all__ = [
-    "FIXED_VALUE_BYTES",
     "SCALAR_CONVERTERS",
     "UNCHECKED_TYPES",
     "Mismatch",
@@ -70,8 +76,6 @@ UNCHECKED_TYPES: dict[ValueType, frozenset[type]] = {
     ValueType.UINT64: frozenset({np.uint64}),
 }
 
-#: Estimated encoded bytes of one value of the fixed-width types.
-FIXED_VALUE_BYTES = {ValueType.DOUBLE: 8, ValueType.INT64: 10, ValueType.UINT64: 10}
 
 
 class Mismatch(Exception):
@@ -187,12 +191,12 @@ def value_bytes(vtype: ValueType, values: Any) -> int:
     """Estimated encoded bytes of a column's values (timestamps not included), in SeriesBatch
     form (a double-array column: a list of 1-D arrays, or one matrix)."""
     if vtype is ValueType.STRING or vtype is ValueType.STRUCT:
-        return text_bytes(values) + 3 * len(values)
+        return text_bytes(values) + TEXT_VALUE_BYTES * len(values)
     if vtype is ValueType.DOUBLE_ARRAY:
         doubles = values.size if isinstance(values, np.ndarray) else sum(map(len, values))
-        return doubles * 8 + 4 * len(values)
+        return doubles * DOUBLE_BYTES + ARRAY_ROW_BYTES * len(values)
     if vtype is ValueType.STRING_ARRAY:
-        return sum(text_bytes(r) + 2 * len(r) for r in values) + 4 * len(values)
+        return sum(text_bytes(r) + STRING_ITEM_BYTES * len(r) for r in values) + ARRAY_ROW_BYTES * len(values)
     return FIXED_VALUE_BYTES[vtype] * len(values)
 
 

@@ -175,13 +175,13 @@ def _tuple_reader(batch: PointBatch) -> Reader:
         if is_column(e[1]):
             batch.add_series(e[0], e[1], e[2], tags)
         else:
-            batch.add_tagged(e[0], e[1], e[2], tags)
+            batch.add_point(e[0], e[1], e[2], tags)
 
     return read
 
 
 def _mapping_reader(batch: PointBatch, ts_field: str, fields_of: Callable[[Any], Any] | None) -> Reader:
-    add_fast, add_tagged, add_record = batch.add_fast, batch.add_tagged, batch.add_record
+    add_fast, add_point, add_record = batch.add_fast, batch.add_point, batch.add_record
     skip = (ts_field, "tags")
 
     def read(element: Any) -> None:
@@ -195,7 +195,7 @@ def _mapping_reader(batch: PointBatch, ts_field: str, fields_of: Callable[[Any],
         else:
             tags = m.get("tags")
             if tags is not None or not add_fast(*point):
-                add_tagged(*point, tags)
+                add_point(*point, tags)
             return
         kind = _kind_of_fields(m, ts_field)
         if kind == _SERIES:
@@ -216,12 +216,12 @@ def _named_reader(batch: PointBatch, fields: list[str], ts_field: str) -> Reader
     ti = idx.get("tags")
     if kind == _POINT:
         ci, tsi, vi = idx["channel"], idx[ts_field], idx["value"]
-        add_fast, add_tagged = batch.add_fast, batch.add_tagged
+        add_fast, add_point = batch.add_fast, batch.add_point
         if is_point_fields(fields, ts_field):
             # (channel, timestamp, value) in that order: the point itself.
             def read_plain(e: Any) -> None:
                 if not add_fast(e[0], e[1], e[2]):
-                    add_tagged(e[0], e[1], e[2], None)
+                    add_point(e[0], e[1], e[2], None)
 
             return read_plain
 
@@ -229,7 +229,7 @@ def _named_reader(batch: PointBatch, fields: list[str], ts_field: str) -> Reader
             point = (e[ci], e[tsi], e[vi])
             tags = e[ti] if ti is not None else None
             if tags is not None or not add_fast(*point):
-                add_tagged(*point, tags)
+                add_point(*point, tags)
 
         return read_point
     if kind == _SERIES:

@@ -470,6 +470,12 @@ def encode_records(
         BatchError: wrapping NotRepresentable (a value Avro cannot hold), ValueError, TypeError
             or UnicodeEncodeError (a malformed batch), with the batch's index.
     """
+    if not isinstance(batches, list):
+        batches = list(batches)
+    if len(batches) >= _MANY_RECORDS:
+        done = _double_records(batches)
+        if done is not None:
+            return done
     keys: list[tuple[bytes, bytes]] = []
     counts: list[int] = []
     # Timestamp columns, each once: batches cut from one wide block share one array, which is
@@ -599,6 +605,88 @@ def encode_records(
 #: Mean piece size (bytes) below which a block is assembled with ``bytes.join`` rather than in
 #: the scratch buffer (wide records: ~120; 100-point series: ~600).
 _JOIN_BELOW = 256
+
+
+#: Records in a block from which one of double series is laid out by :func:`_double_records`,
+#: and the most points a record may hold on average there (the gather copies byte by byte,
+#: where the general path copies a record's timestamps and values as whole slices).
+_MANY_RECORDS = 64
+_FEW_POINTS = 16
+_DOUBLE = ValueType.DOUBLE
+
+
+def _double_records(batches: list[SeriesBatch]) -> tuple[memoryview, int, int] | None:
+    """:func:`encode_records` of many batches of double series each with timestamps of its own
+    (the packer's cut of single points over many series), a few points each, laid out with no Python work per
+    record but reading its batch: every part of every record (name, counts, timestamps, values,
+    tags) is a run of one of a few byte streams each encoded whole, and one gather copies the
+    runs into place. None, having written nothing, where a batch is anything else (another type,
+    values not one float per timestamp, timestamps shared between batches, tags that are not
+    text): the general path then encodes it or names the batch at fault."""
+    if any(b.value_type is not _DOUBLE for b in batches):
+        return None
+    stamps = [b.timestamps for b in batches]
+    try:
+        if sum(map(len, stamps)) > _FEW_POINTS * len(stamps):
+            return None  # long records: the general path copies each as a few slices
+    except TypeError:
+        return None
+    if len({id(t) for t in stamps}) != len(stamps):
+        return None  # wide records' shared timestamps: the general path encodes each once
+    try:
+        ts = np.concatenate(stamps).astype(np.int64, casting="safe", copy=False)
+        vals = np.concatenate([b.values for b in batches]).astype("<f8", casting="same_kind", copy=False)
+        counts = np.fromiter(map(len, stamps), np.int64, len(stamps))
+        if ts.ndim != 1 or vals.shape != ts.shape or not counts.all():
+            return None
+        if not all(len(b.values) == c for b, c in zip(batches, counts.tolist(), strict=True)):
+            return None
+        keys = [b.key for b in batches]
+        names = [k[0] for k in keys]
+        joined = "".join(names)
+        if not joined.isascii():
+            return None
+        name_bytes = np.frombuffer(joined.encode(), np.uint8)
+        name_lens = np.fromiter(map(len, names), np.int64, len(names))
+        tags = b"".join([b"\x00\x00" if not k[1] else b"\x00" + _key_parts(k)[1] for k in keys])
+    except (TypeError, ValueError, AttributeError, IndexError, UnicodeEncodeError):
+        return None
+    tag_lens = (
+        np.full(len(keys), 2, np.int64)
+        if len(tags) == 2 * len(keys)
+        else np.fromiter((1 + len(_key_parts(k)[1]) if k[1] else 2 for k in keys), np.int64, len(keys))
+    )
+    len_bytes, len_sizes = long_varints(name_lens)
+    cnt_bytes, cnt_sizes = long_varints(counts)
+    ts_bytes, ts_sizes = long_varints(ts)
+    ts_lens = counts * ts_sizes if isinstance(ts_sizes, int) else np.add.reduceat(ts_sizes, np.cumsum(counts) - counts)
+    val_bytes = double_items(vals, B_DOUBLE)
+    zero = np.zeros(1, np.uint8)
+    # Each record: name length, name, count, timestamps, 0 (end of the timestamps array),
+    # count, values, 0 (end of the values array), tags map (0 for an empty one).
+    sources = [len_bytes, name_bytes, cnt_bytes, ts_bytes, zero, cnt_bytes, val_bytes, np.frombuffer(tags, np.uint8)]
+    n = len(keys)
+    lens = np.empty((n, 8), np.int64)
+    lens[:, 0] = len_sizes
+    lens[:, 1] = name_lens
+    lens[:, 2] = cnt_sizes
+    lens[:, 3] = ts_lens
+    lens[:, 4] = 1
+    lens[:, 5] = cnt_sizes
+    lens[:, 6] = counts * 9
+    lens[:, 7] = tag_lens
+    # Where each run starts in its source: runs of one source follow each other record by
+    # record (the one zero byte is read again by every record).
+    src = np.concatenate(sources)
+    base = np.cumsum([0] + [len(x) for x in sources[:-1]])
+    starts = np.cumsum(lens, axis=0) - lens + base
+    starts[:, 4] = base[4]
+    flat_lens = lens.ravel()
+    total = int(flat_lens.sum())
+    out_starts = np.cumsum(flat_lens) - flat_lens
+    index = np.arange(total, dtype=np.int64)
+    index += np.repeat(starts.ravel() - out_starts, flat_lens)
+    return src[index].data, n, int(counts.sum())
 
 
 def _concat(arrays: list[Any], dtype: type, scratch: Scratch | None, name: str) -> npt.NDArray[Any]:

@@ -60,7 +60,7 @@ def test_abandoning_one_sender_leaves_another_on_the_same_uploader_delivering() 
     up = _uploader(stuck)
     try:
         a = _sender(stuck, up, "ri.a")
-        a.staged.add_tagged("x", 1, 1.0, None)
+        a.staged.add_point("x", 1, 1.0, None)
         a.handover()
         a.cut_and_register(final=True)
         a.submit(a.take_submits())
@@ -70,7 +70,7 @@ def test_abandoning_one_sender_leaves_another_on_the_same_uploader_delivering() 
             a.close(0)
         b = _sender(stuck, up, "ri.b")
         stuck.release.set()
-        b.staged.add_tagged("y", 2, 2.0, None)
+        b.staged.add_point("y", 2, 2.0, None)
         assert b.flush(10).points == 1
         b.close(None)
     finally:
@@ -89,7 +89,7 @@ def test_a_sender_retrying_stops_when_closed_and_frees_the_thread() -> None:
     up = _uploader(failing, size=1, initial_backoff=30.0, max_backoff=30.0)
     s = _sender(failing, up, "ri.x")
     try:
-        s.staged.add_tagged("x", 1, 1.0, None)
+        s.staged.add_point("x", 1, 1.0, None)
         flushing = threading.Thread(target=_quietly, args=(s.flush, 30.0), daemon=True)
         flushing.start()
         assert attempted.wait(10)  # the request failed once and now waits 30 s to retry
@@ -98,7 +98,7 @@ def test_a_sender_retrying_stops_when_closed_and_frees_the_thread() -> None:
         _quietly(s.close, 0.5)
         failing.fail = None  # the target is back
         b = _sender(failing, up, "ri.y")
-        b.staged.add_tagged("y", 2, 2.0, None)
+        b.staged.add_point("y", 2, 2.0, None)
         assert b.flush(10).points == 1
         flushing.join(10)
         assert not flushing.is_alive()

@@ -82,7 +82,7 @@ CANDIDATES: list[tuple[Any, Any, Any]] = [
 
 def _batch() -> PointBatch:
     batch = PointBatch()
-    batch.add_tagged("c", B - 1, 0.25, None)  # makes "c" a known double series
+    batch.add_point("c", B - 1, 0.25, None)  # makes "c" a known double series
     return batch
 
 
@@ -152,7 +152,7 @@ def _taken_inline(fn: WriteDoFn, element: Any) -> tuple[bool, list[Any]]:
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("point", CANDIDATES, ids=repr)
 def test_process_and_add_fast_take_the_same_points(dofn: WriteDoFn, shape: str, point: tuple[Any, Any, Any]) -> None:
-    dofn._batch.add_tagged("c", B - 1, 0.25, None)
+    dofn._batch.add_point("c", B - 1, 0.25, None)
     if shape == "namedtuple":
         dofn._points.add(Point)
     if shape == "row":
@@ -173,7 +173,7 @@ def test_process_and_add_fast_take_the_same_points(dofn: WriteDoFn, shape: str, 
 
 def test_the_fast_path_takes_the_plain_point_of_every_shape(dofn: WriteDoFn) -> None:
     # Not vacuous: each shape does reach the inline path, and a point with tags never does.
-    dofn._batch.add_tagged("c", B - 1, 0.25, None)
+    dofn._batch.add_point("c", B - 1, 0.25, None)
     dofn._points.add(Point)
     dofn._rows.add(type(beam.Row(channel="c", timestamp=1, value=1.0)))
     for shape, make in SHAPES.items():
@@ -189,7 +189,7 @@ def test_the_fast_path_takes_the_plain_point_of_every_shape(dofn: WriteDoFn) -> 
 def test_points_after_a_wide_row_take_the_checked_path(dofn: WriteDoFn) -> None:
     # Rows pending: a single point must settle them first (series keep arrival order), so
     # neither copy takes it.
-    dofn._batch.add_tagged("c", B - 1, 0.25, None)
+    dofn._batch.add_point("c", B - 1, 0.25, None)
     dofn._batch.add_record(B, {"c": 1.5, "d": 2.5})
     reference = _batch()
     reference.add_record(B, {"c": 1.5, "d": 2.5})
@@ -233,7 +233,7 @@ def test_a_channel_whose_hash_raises_value_error_fails_the_element_not_the_bundl
     # The compiled process takes ValueError, as KeyError and TypeError, for "not a fast point"
     # and the checked path then fails the element; add_fast took only the two, so the Python
     # process let it out of process for a tuple (the bundle failed) and failed only a dict.
-    dofn._batch.add_tagged("c", B - 1, 0.25, None)
+    dofn._batch.add_point("c", B - 1, 0.25, None)
     out = list(dofn.process(SHAPES[shape](RaisingHash("c"), B, 0.5)))
     assert [f.error for f in out] == ["ValueError"]
     assert not PointBatch().add_fast(RaisingHash("c"), B, 0.5)
@@ -244,7 +244,7 @@ def test_a_channel_whose_hash_raises_another_error_fails_the_bundle(dofn: WriteD
     class Broken(RaisingHash):
         error = RuntimeError
 
-    dofn._batch.add_tagged("c", B - 1, 0.25, None)
+    dofn._batch.add_point("c", B - 1, 0.25, None)
     with pytest.raises(RuntimeError, match="no hash"):
         dofn.process(SHAPES[shape](Broken("c"), B, 0.5))
 
@@ -253,7 +253,7 @@ def test_a_channel_whose_hash_rebinds_the_dofn_never_appends_a_code_to_another_b
     # As add_fast (a method of one batch): a series code goes only to the double points of the batch
     # whose fast map gave it. The compiled process holds the map and list it was bound to; when
     # the lookup rebinds them it appends nothing and hands the element to the checked path.
-    dofn._batch.add_tagged("c", B - 1, 0.25, None)
+    dofn._batch.add_point("c", B - 1, 0.25, None)
     old = dofn._batch
     slow: list[Any] = []
     dofn._slow = lambda element: slow.append(element) or ()  # type: ignore[method-assign]
@@ -281,19 +281,19 @@ def test_the_compiled_process_follows_the_batch_rebinding_its_list_and_map(dofn:
     # the fast paths closed by a wide record and opened again, a new bundle's clear) must reach
     # it, or points would go to a list nobody reads.
     batch = dofn._batch
-    batch.add_tagged("c", B - 1, 0.25, None)
+    batch.add_point("c", B - 1, 0.25, None)
     assert list(dofn.process(("c", B, 0.5))) == []
     batch.take()  # a settle
     assert list(dofn.process(("c", B + 1, 0.75))) == []
     assert _doubles(batch) == [batch.fast["c"], B + 1, 0.75]
     batch.add_record(B + 2, {"c": 1.5})  # rows pending: the fast map closed
     assert list(dofn.process(("c", B + 3, 2.5))) == []
-    batch.add_tagged("c", B + 4, 3.5, None)
+    batch.add_point("c", B + 4, 3.5, None)
     assert list(dofn.process(("c", B + 5, 4.5))) == []  # the rows settled: open again
     chunks = batch.take()
     assert [float(v) for c in chunks for v in c.values] == [0.75, 1.5, 2.5, 3.5, 4.5]
     batch.clear()
-    batch.add_tagged("d", B, 0.25, None)
+    batch.add_point("d", B, 0.25, None)
     assert list(dofn.process(("d", B + 1, 0.5))) == []
     assert _doubles(batch)[3:] == [batch.fast["d"], B + 1, 0.5]
 
@@ -345,7 +345,7 @@ def test_the_dofn_pickles_with_every_protocol(cls: type[WriteDoFn], protocol: in
     copied.start_bundle()
     try:
         if cls is WriteDoFn:
-            copied._batch.add_tagged("c", B - 1, 0.25, None)
+            copied._batch.add_point("c", B - 1, 0.25, None)
             assert list(copied.process(("c", B, 0.5))) == []  # bound to its own new batch
             assert _doubles(copied._batch)[3:] == [copied._batch.fast["c"], B, 0.5]
         assert copied.finish_bundle() is None
@@ -394,7 +394,7 @@ def test_every_point_goes_to_its_own_series_whatever_the_channel_cache_holds(dof
         batch = dofn._batch
         batch.clear()  # a new bundle's batch: the series numbered afresh
         for name in order:
-            batch.add_tagged(name, B, -1.0, None)
+            batch.add_point(name, B, -1.0, None)
         for i in range(3):
             for j, name in enumerate(order):
                 assert list(dofn.process(("".join(list(name)), B + 1 + i, float(j)))) == []
@@ -434,7 +434,7 @@ def test_a_mapping_whose_class_has_point_fields_is_read_as_a_mapping(dofn: Write
     class Fielded(dict):  # type: ignore[type-arg]
         _fields = ("channel", "timestamp", "value")
 
-    dofn._batch.add_tagged("c", B - 1, 0.25, None)
+    dofn._batch.add_point("c", B - 1, 0.25, None)
     for i in range(3):
         assert list(dofn.process(Fielded(channel="c", timestamp=B + i, value=i + 0.5))) == []
     assert Fielded not in dofn._points

@@ -33,7 +33,7 @@ Expected = list[tuple[str, Tags, str, list[tuple[int, Any]]]]
 def _add(b: PointBatch, channel: Any, ts: Any, value: Any) -> None:
     """A point as the element readers append it: the fast path, else the checked one."""
     if not b.add_fast(channel, ts, value):
-        b.add_tagged(channel, ts, value, None)
+        b.add_point(channel, ts, value, None)
 
 
 # -- reading take() back --------------------------------------------------------------------------
@@ -126,7 +126,7 @@ def test_points_untagged_and_tagged_in_first_seen_series_order() -> None:
     b = PointBatch(timezone="UTC")  # naive readings (the datetime64) are UTC
     _add(b, "f", BASE + 2, 1.5)
     _add(b, "i", BASE, 2**53 + 1)
-    b.add_tagged("f", BASE + 1, -0.0, {"site": "a"})  # another series: other tags
+    b.add_point("f", BASE + 1, -0.0, {"site": "a"})  # another series: other tags
     _add(b, "f", BASE + 1, NAN)
     _add(b, "u", BASE, 2**63 + 5)
     _add(b, "u", BASE + 1, 7)  # a small int joins the uint64 series pinned by its first value
@@ -167,10 +167,10 @@ def test_points_untagged_and_tagged_in_first_seen_series_order() -> None:
 def test_add_fast_takes_only_floats_of_known_untagged_double_series() -> None:
     b = PointBatch({"site": "a"})
     assert not b.add_fast("x", BASE, 1.0)  # not known yet: the checked path pins it
-    b.add_tagged("x", BASE, 1.0, None)
-    b.add_tagged("s", BASE, "text", None)
-    b.add_tagged("i", BASE, 1, None)
-    b.add_tagged("t", BASE, 1.0, {"k": "v"})
+    b.add_point("x", BASE, 1.0, None)
+    b.add_point("s", BASE, "text", None)
+    b.add_point("i", BASE, 1, None)
+    b.add_point("t", BASE, 1.0, {"k": "v"})
     assert b.add_fast("x", BASE + 1, 2.0)
     refused = [
         ("x", BASE, 1),  # an int: a double series refuses it, on the checked path
@@ -199,12 +199,12 @@ def test_add_fast_takes_only_floats_of_known_untagged_double_series() -> None:
 def test_batch_tags_apply_and_element_tags_win_on_a_clash() -> None:
     b = PointBatch({"site": "a", "unit": "m"})
     _add(b, "x", BASE, 1.0)
-    b.add_tagged("x", BASE + 1, 2.0, {"unit": "ft"})  # wins over the batch's unit
-    b.add_tagged("x", BASE + 2, 3.0, {"rig": "r1"})  # merged with both batch tags
-    b.add_tagged("x", BASE + 3, 4.0, {"unit": "m", "site": "a"})  # the batch's own tags: same series as untagged
-    b.add_tagged("x", BASE + 4, 5.0, {})  # {} is no tags
-    b.add_tagged("x", BASE + 5, 6.0, {"rig": "r1", "unit": "ft"})
-    b.add_tagged("x", BASE + 6, 7.0, {"unit": "ft", "rig": "r1"})  # same tags, other order
+    b.add_point("x", BASE + 1, 2.0, {"unit": "ft"})  # wins over the batch's unit
+    b.add_point("x", BASE + 2, 3.0, {"rig": "r1"})  # merged with both batch tags
+    b.add_point("x", BASE + 3, 4.0, {"unit": "m", "site": "a"})  # the batch's own tags: same series as untagged
+    b.add_point("x", BASE + 4, 5.0, {})  # {} is no tags
+    b.add_point("x", BASE + 5, 6.0, {"rig": "r1", "unit": "ft"})
+    b.add_point("x", BASE + 6, 7.0, {"unit": "ft", "rig": "r1"})  # same tags, other order
     b.add_record(BASE + 7, {"x": 8.0, "y": "on"}, {"unit": "ft"})
     b.add_series("x", [BASE + 8], [9.0], {"site": "b"})
     a_m, a_ft = (("site", "a"), ("unit", "m")), (("site", "a"), ("unit", "ft"))
@@ -430,7 +430,7 @@ def _every_shape(b: PointBatch) -> None:
     for i in range(40):
         tags = {"rig": f"r{i % 3}", "site": "a"} if i % 2 else {"site": "a", "rig": f"r{i % 3}"}
         _add(b, f"f.{i % 7}", BASE + i, i / 3)
-        b.add_tagged(f"s.{i % 5}", BASE + i, f"v{i}", tags)
+        b.add_point(f"s.{i % 5}", BASE + i, f"v{i}", tags)
         _add(b, "i", BASE + i, (2**53 + i) * (-1) ** i)
         _add(b, "st", BASE + i, {"z": i, "a": [i, "x"], "m": {"q": None, "b": True}})
         b.add_record(BASE + i, {"w.a": i / 7, "w.b": None if i % 4 == 0 else f"b{i}", "w.c": i}, tags)
@@ -458,7 +458,7 @@ def test_add_chunk_takes_another_batch_s_chunks_as_they_are() -> None:
     assert series_of(got[:1]) == [("f.0", (("site", "a"),), "double", [(BASE - 1, (-1.0).hex())])]
     assert raw(got[1 + len(f0) :]) == raw([c for c in chunks if c.key != f0[0].key])
     # A chunk's series is known afterwards, tags and all.
-    dst.add_tagged("s.0", BASE, "more", {"site": "a", "rig": "r0"})
+    dst.add_point("s.0", BASE, "more", {"site": "a", "rig": "r0"})
     assert [c.key for c in dst.take()] == [SeriesKey("s.0", (("rig", "r0"), ("site", "a")))]
 
 
@@ -475,7 +475,7 @@ def _prefix(b: PointBatch) -> None:
     _add(b, "p.i", BASE, 5)
     _add(b, "p.u", BASE, 2**63)
     _add(b, "p.s", BASE, "s")
-    b.add_tagged("p.f", BASE, 2.0, {"k": "v"})
+    b.add_point("p.f", BASE, 2.0, {"k": "v"})
     _add(b, "p.da", BASE, [1.0])
     _add(b, "p.sa", BASE, ["a"])
     _add(b, "p.st", BASE, {"a": 1})
@@ -492,7 +492,7 @@ def _suffix(b: PointBatch) -> None:
     every series and shape."""
     _add(b, "n.0", BASE + 5, 0.5)
     _add(b, "n.1", BASE + 5, "late")
-    b.add_tagged("n.1", BASE + 5, "late", {"k": "v"})
+    b.add_point("n.1", BASE + 5, "late", {"k": "v"})
     b.add_record(BASE + 5, {"n.2": "late", "w.a": 3.0})
     _add(b, "p.f", BASE + 5, 4.0)
     _add(b, "p.u", BASE + 5, 1)
@@ -512,7 +512,7 @@ BAD: list[tuple[str, Bad, type[Exception], str, str | None]] = [
     # lone surrogates: text that would fail a whole request at encode time
     ("surrogate-value-new", lambda b: _add(b, "n.1", T2, "bad\ud800"), ValueError, "surrogates not allowed", None),
     ("surrogate-value-pinned", lambda b: _add(b, "p.s", T2, "bad\ud800"), ValueError, "surrogates not allowed", None),
-    ("surrogate-value-tagged", lambda b: b.add_tagged("n.1", T2, "bad\ud800", {"k": "v"}), ValueError,
+    ("surrogate-value-tagged", lambda b: b.add_point("n.1", T2, "bad\ud800", {"k": "v"}), ValueError,
      "surrogates not allowed", None),
     ("surrogate-record-known-shape", lambda b: b.add_record(T2, {"w.a": 1.0, "w.b": "bad\ud800", "w.i": 1}),
      ValueError, "surrogates not allowed", None),
@@ -535,16 +535,16 @@ BAD: list[tuple[str, Bad, type[Exception], str, str | None]] = [
      "not valid Unicode", "channels"),
     ("surrogate-channel-series", lambda b: b.add_series("bad\ud800", [T2], [1.0]), ElementError,
      "not valid Unicode", "channel"),
-    ("surrogate-tag-value", lambda b: b.add_tagged("n.1", T2, 1.0, {"k": "bad\ud800"}), ElementError,
+    ("surrogate-tag-value", lambda b: b.add_point("n.1", T2, 1.0, {"k": "bad\ud800"}), ElementError,
      "not valid Unicode", "tags"),
-    ("surrogate-tag-key", lambda b: b.add_tagged("n.1", T2, 1.0, {"bad\ud800": "v"}), ElementError,
+    ("surrogate-tag-key", lambda b: b.add_point("n.1", T2, 1.0, {"bad\ud800": "v"}), ElementError,
      "not valid Unicode", "tags"),
     ("surrogate-tag-record", lambda b: b.add_record(T2, {"n.1": 1.0}, {"k": "bad\ud800"}), ElementError,
      "not valid Unicode", "tags"),
     # a value conflicting with its series' pinned type
     ("conflict-str-in-double", lambda b: _add(b, "p.f", T2, "text"), SeriesTypeError, "pinned to double", None),
     ("conflict-int-in-double", lambda b: _add(b, "p.f", T2, 1), SeriesTypeError, "pinned to double", None),
-    ("conflict-tagged", lambda b: b.add_tagged("p.f", T2, "text", {"k": "v"}), SeriesTypeError,
+    ("conflict-tagged", lambda b: b.add_point("p.f", T2, "text", {"k": "v"}), SeriesTypeError,
      "pinned to double", None),
     ("conflict-float-in-string", lambda b: _add(b, "p.s", T2, 1.0), SeriesTypeError, "pinned to string", None),
     ("conflict-float-in-int64", lambda b: _add(b, "p.i", T2, 1.5), SeriesTypeError, "pinned to int64", None),
@@ -626,7 +626,7 @@ BAD: list[tuple[str, Bad, type[Exception], str, str | None]] = [
     # None where a value must be
     ("none-value-new", lambda b: _add(b, "n.1", T2, None), ElementError, "None", "value"),
     ("none-value-pinned", lambda b: _add(b, "p.f", T2, None), ElementError, "None", "value"),
-    ("none-value-tagged", lambda b: b.add_tagged("n.1", T2, None, {"k": "v"}), ElementError, "None", "value"),
+    ("none-value-tagged", lambda b: b.add_point("n.1", T2, None, {"k": "v"}), ElementError, "None", "value"),
     ("none-in-series-pinned", lambda b: b.add_series("p.f", [T2, T2], [1.0, None]), SeriesTypeError,
      r"values\[1\]", None),
     ("none-in-series-new", lambda b: b.add_series("n.1", [T2], [None]), TypeError, "NoneType", None),
@@ -636,7 +636,7 @@ BAD: list[tuple[str, Bad, type[Exception], str, str | None]] = [
     ("channel-none", lambda b: _add(b, None, T2, 1.0), ElementError, "non-empty string", "channel"),
     ("channel-unhashable", lambda b: _add(b, ["p.f"], T2, 1.0), ElementError, "non-empty string", "channel"),
     ("channel-over-long", lambda b: _add(b, "c" * 1025, T2, 1.0), ElementError, "over 1024", "channel"),
-    ("channel-empty-tagged", lambda b: b.add_tagged("", T2, 1.0, {"k": "v"}), ElementError, "non-empty string",
+    ("channel-empty-tagged", lambda b: b.add_point("", T2, 1.0, {"k": "v"}), ElementError, "non-empty string",
      "channel"),
     ("channel-empty-record", lambda b: b.add_record(T2, {"n.1": 1.0, "": 2.0}), ElementError, "non-empty string",
      "channels"),
@@ -649,13 +649,13 @@ BAD: list[tuple[str, Bad, type[Exception], str, str | None]] = [
     ("channel-empty-table", lambda b: b.add_table(_table(**{"n.1": [1.0], "": [2.0]}), "timestamp"),
      ElementError, "non-empty string", "column"),
     # tags
-    ("tags-list", lambda b: b.add_tagged("n.1", T2, 1.0, ["k"]), ElementError, "mapping", "tags"),
-    ("tags-str", lambda b: b.add_tagged("n.1", T2, 1.0, "k=v"), ElementError, "mapping", "tags"),
-    ("tags-pairs", lambda b: b.add_tagged("p.f", T2, 1.0, (("k", "v"),)), ElementError, "mapping", "tags"),
-    ("tags-int-value", lambda b: b.add_tagged("n.1", T2, 1.0, {"k": 1}), ElementError, "str to str", "tags"),
-    ("tags-int-key", lambda b: b.add_tagged("n.1", T2, 1.0, {1: "v"}), ElementError, "str to str", "tags"),
-    ("tags-none-value", lambda b: b.add_tagged("p.f", T2, 1.0, {"k": None}), ElementError, "str to str", "tags"),
-    ("tags-unhashable-value", lambda b: b.add_tagged("p.f", T2, 1.0, {"k": ["v"]}), ElementError, "str to str",
+    ("tags-list", lambda b: b.add_point("n.1", T2, 1.0, ["k"]), ElementError, "mapping", "tags"),
+    ("tags-str", lambda b: b.add_point("n.1", T2, 1.0, "k=v"), ElementError, "mapping", "tags"),
+    ("tags-pairs", lambda b: b.add_point("p.f", T2, 1.0, (("k", "v"),)), ElementError, "mapping", "tags"),
+    ("tags-int-value", lambda b: b.add_point("n.1", T2, 1.0, {"k": 1}), ElementError, "str to str", "tags"),
+    ("tags-int-key", lambda b: b.add_point("n.1", T2, 1.0, {1: "v"}), ElementError, "str to str", "tags"),
+    ("tags-none-value", lambda b: b.add_point("p.f", T2, 1.0, {"k": None}), ElementError, "str to str", "tags"),
+    ("tags-unhashable-value", lambda b: b.add_point("p.f", T2, 1.0, {"k": ["v"]}), ElementError, "str to str",
      "tags"),
     ("tags-record-str", lambda b: b.add_record(T2, {"n.1": 1.0}, "k=v"), ElementError, "mapping", "tags"),
     ("tags-record-int-value", lambda b: b.add_record(T2, {"n.1": 1.0, "w.a": 1.0}, {"k": 1}), ElementError,
@@ -783,7 +783,7 @@ def test_a_channel_named_like_the_timestamp_field_is_not_the_timestamp_field(fla
 @pytest.mark.parametrize("tags", [{"k": "v" * 1025}, {"k" * 1025: "v"}], ids=["value", "key"])
 def test_an_over_long_tag_is_an_element_error(tags: dict[str, str]) -> None:
     with pytest.raises(ElementError, match="1024"):
-        PointBatch().add_tagged("x", BASE, 1.0, tags)
+        PointBatch().add_point("x", BASE, 1.0, tags)
 
 
 def test_a_bad_channel_name_is_blamed_on_the_channel_even_with_batch_tags() -> None:
@@ -849,9 +849,9 @@ def test_a_chunk_list_with_a_bad_chunk_registers_none_of_its_series(bad: Chunk) 
     b = PointBatch()
     good = Chunk(SeriesKey("x.good"), ValueType.DOUBLE, np.array([BASE]), np.array([1.0]), 24)
     with pytest.raises((TypeError, ValueError)):
-        b.add_chunks([good, bad])
+        b.checked_chunks([good, bad])
     # Nothing pinned: x.good may still take a string.
-    b.add_tagged("x.good", BASE, "text", None)
+    b.add_point("x.good", BASE, "text", None)
     assert_taken(b, [("x.good", (), "string", [(BASE, "text")])])
 
 
@@ -870,7 +870,7 @@ def test_a_chunk_of_empty_rows_takes_the_array_type_its_series_has(
     # A one-element batch (cross-bundle batching) types [] as a double array by itself; an
     # empty row fits either array type, so it must not conflict with the series' pin.
     b = PointBatch()
-    b.add_tagged("x", BASE, first, None)
+    b.add_point("x", BASE, first, None)
     b.add_chunk(empty)
     chunks = [c for c in b.take() if c.key == SeriesKey("x")]
     assert {c.vtype for c in chunks} == {pinned}
@@ -916,7 +916,7 @@ def test_the_compiled_double_points_settle_exactly_as_the_python_ones(
             batch = PointBatch()
             for channel, t, value in batch_points:
                 if not batch.add_fast(channel, t, value):
-                    batch.add_tagged(channel, t, value, None)
+                    batch.add_point(channel, t, value, None)
             return [
                 (c.key, c.vtype, np.asarray(c.timestamps).tolist(), _bits(c.values), c.nbytes) for c in batch.take()
             ]

@@ -45,15 +45,15 @@ def _naive_text() -> str:
 # The datetime (µs) containers drop the 789 ns the others carry.
 US = -NS_FRACTION
 CONTAINERS: dict[str, tuple[Callable[[PointBatch], None], int, tuple[str, ...]]] = {
-    "iso-str": (lambda b: b.add_tagged("c", _naive_text(), 1.0, None), 0, ("ISO-8601", "add the offset")),
-    "datetime": (lambda b: b.add_tagged("c", WALL, 1.0, None), US, ("naive datetime", ".replace(tzinfo=")),
+    "iso-str": (lambda b: b.add_point("c", _naive_text(), 1.0, None), 0, ("ISO-8601", "add the offset")),
+    "datetime": (lambda b: b.add_point("c", WALL, 1.0, None), US, ("naive datetime", ".replace(tzinfo=")),
     "pd.Timestamp": (
-        lambda b: b.add_tagged("c", pd.Timestamp(_naive_text()), 1.0, None),
+        lambda b: b.add_point("c", pd.Timestamp(_naive_text()), 1.0, None),
         0,
         ("naive pandas Timestamp", "tz_localize('UTC')"),
     ),
     "np.datetime64": (
-        lambda b: b.add_tagged("c", np.datetime64(_naive_text(), "ns"), 1.0, None),
+        lambda b: b.add_point("c", np.datetime64(_naive_text(), "ns"), 1.0, None),
         0,
         ("numpy", "view('int64')"),
     ),
@@ -144,8 +144,8 @@ def test_int_ns_and_aware_values_are_exact_whatever_zone_is_named() -> None:
     for zone in (None, "UTC", "Asia/Tokyo"):
         b = PointBatch(timezone=zone)
         for ts in aware:
-            b.add_tagged("c", ts, 1.0, None)
-        b.add_tagged("c", dt.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=ZoneInfo("UTC")), 1.0, None)
+            b.add_point("c", ts, 1.0, None)
+        b.add_point("c", dt.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=ZoneInfo("UTC")), 1.0, None)
         idx = pd.DatetimeIndex(["2026-01-02T03:04:05.123456789"]).tz_localize("UTC").tz_convert("Asia/Kolkata")
         b.add_series("c", idx, [2.0])
         assert _times(b) == [UTC_NS] * len(aware) + [UTC_NS - NS_FRACTION, UTC_NS], zone
@@ -160,7 +160,7 @@ def test_int_ns_and_aware_values_are_exact_whatever_zone_is_named() -> None:
 )
 def test_a_reading_a_dst_change_skips_or_repeats_is_refused_not_guessed(wall: str, why: str) -> None:
     for add in (
-        lambda b: b.add_tagged("c", wall, 1.0, None),
+        lambda b: b.add_point("c", wall, 1.0, None),
         lambda b: b.add_series("c", np.array([wall], dtype="datetime64[s]"), [1.0]),
         lambda b: b.add_table(pd.DataFrame({"c": [1.0]}, index=pd.DatetimeIndex([wall])), "timestamp"),
     ):
@@ -193,7 +193,7 @@ def test_nat_as_a_timestamp_is_missing_not_ambiguous() -> None:
     for nat in (pd.NaT, np.datetime64("NaT"), None):
         b = PointBatch(timezone="UTC")
         with pytest.raises(ElementError, match="timestamp is missing") as info:
-            b.add_tagged("c", nat, 1.0, None)
+            b.add_point("c", nat, 1.0, None)
         assert "ambiguous" not in str(info.value)
     with pytest.raises(ElementError, match=r"missing.*NaT.*drop the rows"):
         PointBatch().add_series("c", np.array(["NaT", "2026-01-01"], dtype="datetime64[ns]"), [1.0, 2.0])
@@ -205,5 +205,5 @@ def test_a_cleared_batch_keeps_its_zone() -> None:
     """WriteToNominal clears its batch at every bundle: the zone must survive it."""
     b = PointBatch(timezone="Europe/Berlin")
     b.clear()
-    b.add_tagged("c", _naive_text(), 1.0, None)
+    b.add_point("c", _naive_text(), 1.0, None)
     assert _times(b) == [BERLIN_NS]

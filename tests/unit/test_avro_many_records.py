@@ -1,0 +1,107 @@
+"""Blocks of many double series: laid out whole (``_double_records``), byte for byte what the
+record-by-record path writes and what fastavro reads back."""
+
+from __future__ import annotations
+
+import io
+
+import fastavro
+import numpy as np
+import pytest
+
+from beam_nominal._wire.batch import SeriesBatch
+from beam_nominal.model import SeriesKey, ValueType
+from beam_nominal.targets import _avro_block
+from beam_nominal.targets._avro_block import encode_records
+
+
+def _batches(seed: int, n: int, tagged: bool = False) -> list[SeriesBatch]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        points = int(rng.integers(1, 5))
+        ts = rng.integers(-(2**62), 2**62, points, dtype=np.int64)
+        if i % 3 == 0:
+            ts = np.arange(points, dtype=np.int64) + 1_700_000_000_000_000_000
+        vals = rng.standard_normal(points)
+        vals[0] = [np.nan, -0.0, np.inf, 1e308][i % 4]
+        tags = {"unit": f"u{i % 7}", "rig": "a" * (i % 70)} if tagged and i % 2 else None
+        out.append(SeriesBatch(SeriesKey.of(f"ch{i}" * (1 + i % 40), tags), ValueType.DOUBLE, ts, vals))
+    return out
+
+
+def _record_by_record(batches: list[SeriesBatch]) -> bytes:
+    """The general path, a few records a call (below the threshold of the whole layout)."""
+    step = _avro_block._MANY_RECORDS - 1
+    return b"".join(bytes(encode_records(batches[i : i + step], "long")[0]) for i in range(0, len(batches), step))
+
+
+@pytest.mark.parametrize("tagged", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_many_double_records_match_the_record_by_record_path(seed: int, tagged: bool) -> None:
+    batches = _batches(seed, 500, tagged)
+    data, records, points = encode_records(batches, "long")
+    assert records == 500
+    assert points == sum(len(b.timestamps) for b in batches)
+    assert bytes(data) == _record_by_record(batches)
+
+
+def test_the_whole_layout_is_taken_and_read_back_by_fastavro() -> None:
+    batches = _batches(3, 200)
+    assert _avro_block._double_records(batches) is not None  # the path under test
+    schema = fastavro.parse_schema(
+        {
+            "type": "record",
+            "name": "AvroStream",
+            "namespace": "io.nominal.ingest",
+            "fields": [
+                {"name": "channel", "type": "string"},
+                {"name": "timestamps", "type": {"type": "array", "items": "long"}},
+                {
+                    "name": "values",
+                    "type": {
+                        "type": "array",
+                        "items": [
+                            "double",
+                            "string",
+                            "long",
+                            {"type": "array", "items": "double"},
+                            {"type": "array", "items": "string"},
+                            {"type": "record", "name": "S", "fields": [{"name": "json", "type": "string"}]},
+                        ],
+                    },
+                },
+                {"name": "tags", "type": {"type": "map", "values": "string"}},
+            ],
+        }
+    )
+    data = bytes(encode_records(batches, "long")[0])
+    buf = io.BytesIO(data)
+    for b in batches:
+        rec = fastavro.schemaless_reader(buf, schema)
+        assert rec["channel"] == b.key.channel  # type: ignore[index,call-overload]
+        assert rec["timestamps"] == b.timestamps.tolist()  # type: ignore[index,call-overload]
+        got = np.array(rec["values"], dtype=np.float64)  # type: ignore[index,call-overload]
+        assert got.view(np.int64).tolist() == np.asarray(b.values).view(np.int64).tolist()
+    assert buf.tell() == len(data)
+
+
+def test_other_blocks_take_the_record_by_record_path() -> None:
+    shared = np.arange(3, dtype=np.int64)
+    wide = [SeriesBatch(SeriesKey.of(f"w{i}"), ValueType.DOUBLE, shared, np.ones(3)) for i in range(100)]
+    assert _avro_block._double_records(wide) is None
+    mixed = _batches(4, 100)
+    mixed[50] = SeriesBatch(SeriesKey.of("i"), ValueType.INT64, np.arange(2, dtype=np.int64), np.arange(2))
+    assert _avro_block._double_records(mixed) is None
+    accented = _batches(5, 100)
+    accented[7] = SeriesBatch(SeriesKey.of("é"), ValueType.DOUBLE, np.arange(2, dtype=np.int64), np.ones(2))
+    assert _avro_block._double_records(accented) is None
+    assert bytes(encode_records(accented, "long")[0]) == _record_by_record(accented)
+
+
+def test_long_records_take_the_record_by_record_path() -> None:
+    long = [
+        SeriesBatch(SeriesKey.of(f"l{i}"), ValueType.DOUBLE, np.arange(100, dtype=np.int64), np.ones(100))
+        for i in range(100)
+    ]
+    assert _avro_block._double_records(long) is None
