@@ -54,8 +54,11 @@ the SDK worker's state sampler thread sleeps in periods growing to 200 ms and th
 sized so that a run of our sink lasts a few seconds, which keeps one step to a few percent of a
 ratio; the CPU table is free of it.
 
+``--old TREE`` adds ``WriteToNominal→avro`` from another checkout to the pipeline runs
+(``benchmarks/trees.py``): the old and new builds side by side in one run.
+
 Run: ``.venv/bin/python -m benchmarks.bench_beam [--rounds 5] [--scale 1.0] [--only tuples dicts ...]
-[--grpc] [--measure pipelines bundles] [--bundle-shapes tuples ...] [--prism PATH]``
+[--grpc] [--measure pipelines bundles] [--bundle-shapes tuples ...] [--prism PATH] [--old TREE]``
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
+from benchmarks import trees
 from benchmarks.bench_stream import round_spread
 
 T0 = 1_700_000_000_000_000_000
@@ -176,37 +180,37 @@ class NominalStreamingDoFn(beam.DoFn):  # type: ignore[misc]
 
 
 class NominalStreamingPoints(NominalStreamingDoFn):
-    def process(self, element: Any) -> None:
+    def process(self, element: Any) -> Any:  # no output; Beam refuses a None return hint
         channel, timestamp, value = element
         self.enqueue(channel, timestamp, value)
 
 
 class NominalStreamingDicts(NominalStreamingDoFn):
-    def process(self, element: Any) -> None:
+    def process(self, element: Any) -> Any:  # no output; Beam refuses a None return hint
         self.enqueue(element["channel"], element["timestamp"], element["value"])
 
 
 class NominalStreamingFields(NominalStreamingDoFn):
     """``beam.Row`` and NamedTuple points: the fields by name."""
 
-    def process(self, element: Any) -> None:
+    def process(self, element: Any) -> Any:  # no output; Beam refuses a None return hint
         self.enqueue(element.channel, element.timestamp, element.value)
 
 
 class NominalStreamingWide(NominalStreamingDoFn):
-    def process(self, element: Any) -> None:
+    def process(self, element: Any) -> Any:  # no output; Beam refuses a None return hint
         timestamp, values = element
         self.enqueue_from_dict(timestamp, values)
 
 
 class NominalStreamingSeries(NominalStreamingDoFn):
-    def process(self, element: Any) -> None:
+    def process(self, element: Any) -> Any:  # no output; Beam refuses a None return hint
         channel, timestamps, values = element
         self.enqueue_batch(channel, timestamps, values)
 
 
 class NominalStreamingTable(NominalStreamingDoFn):
-    def process(self, element: Any) -> None:
+    def process(self, element: Any) -> Any:  # no output; Beam refuses a None return hint
         # nominal-streaming has no table call: one batch call per column.
         ts = element.column(0).to_numpy()
         for name, col in zip(element.schema.names[1:], element.columns[1:], strict=True):
@@ -246,6 +250,7 @@ SHAPES: dict[str, Shape] = {
 #: stream takes ~50 ms whatever its options (0.10.5), ~20 bundles/s, where ours takes ~1 ms.
 BUNDLES = {"nominal-streaming": 100, "WriteToNominal": 2_000}
 AVRO, GRPC = "WriteToNominal→avro", "WriteToNominal→gRPC"
+AVRO_OLD = AVRO + trees.OLD
 PIPELINE_SINKS = ("discard", "nominal-streaming", AVRO)
 BUNDLE_SINKS = ("nominal-streaming", "WriteToNominal")
 
@@ -407,6 +412,7 @@ def _measure(
     work: Path,
     server: _ServerProcess | None,
     prism: str = "",
+    old: Path | None = None,
 ) -> _Results:
     """Run every (shape, sink, n, points) job once per round, each in a fresh process, the order
     reversed every other round; check every delivery."""
@@ -414,9 +420,11 @@ def _measure(
     for rnd in range(rounds):
         for i, (shape, sink, n, points) in enumerate(jobs if rnd % 2 == 0 else jobs[::-1]):
             out, rid = work / f"{kind}-{shape}-{rnd}-{i}", f"ri.bench.{kind}.{shape}.{rnd}.{i}"
-            cmd = [sys.executable, "-m", "benchmarks.bench_beam", "--child", kind, shape, sink, str(n)]
+            base, is_old = trees.split(sink)
+            env, cwd = trees.child_env(old if is_old else None)
+            cmd = [sys.executable, "-m", "benchmarks.bench_beam", "--child", kind, shape, base, str(n)]
             cmd += [str(out), server.target if server else "", rid, prism]
-            reply = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+            reply = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd).stdout
             wall, cpu = map(float, reply.split())
             res.wall.setdefault((shape, sink), []).append(wall)
             res.cpu.setdefault((shape, sink), []).append(cpu)
@@ -504,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measure", nargs="+", choices=("pipelines", "bundles"), default=["pipelines", "bundles"])
     ap.add_argument("--bundle-shapes", nargs="+", choices=tuple(SHAPES), default=["tuples"])
     ap.add_argument("--prism", default="", metavar="PATH", help="run the pipelines on Prism, this binary")
+    ap.add_argument("--old", type=Path, metavar="TREE", help="also WriteToNominal→avro from this checkout")
     if argv is None:
         argv = sys.argv[1:]
     if argv[:1] == ["--child"]:
@@ -511,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.getLogger().setLevel(logging.ERROR)
     shapes = args.only or list(SHAPES)
-    sinks = PIPELINE_SINKS + ((GRPC,) if args.grpc else ())
+    sinks = PIPELINE_SINKS + ((AVRO_OLD,) if args.old else ()) + ((GRPC,) if args.grpc else ())
     n_bundles = {sink: max(1, int(n * args.scale)) for sink, n in BUNDLES.items()}
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         server = stack.enter_context(_ServerProcess(Path(tmp) / "server")) if args.grpc else None
@@ -519,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         work.mkdir()
         if "pipelines" in args.measure:
             jobs = [(shape, sink, *SHAPES[shape].size(args.scale)) for shape in shapes for sink in sinks]
-            res = _measure("pipeline", jobs, args.rounds, work, server, args.prism)
+            res = _measure("pipeline", jobs, args.rounds, work, server, args.prism, args.old)
             runner = "PrismRunner (LOOPBACK)" if args.prism else "FnApiRunner in-process"
             _report_pipelines(res, shapes, sinks, args.scale, args.rounds, runner)
         if "bundles" in args.measure:

@@ -19,8 +19,10 @@ what the server stored for the run's dataset. A second table gives the server's 
 for each client (from /proc: Linux only): a client whose requests keep the one-core-bound server
 busy is measuring the server, not itself.
 
+``--old TREE`` adds ``ours→http-row`` from another checkout (``benchmarks/trees.py``).
+
 Run: ``.venv/bin/python -m benchmarks.bench_http [--rounds 3] [--scale 1.0] [--only deep wide]
-[--clients ...] [--request-mib 4]``
+[--clients ...] [--request-mib 4] [--old TREE]``
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks import trees
 from benchmarks.bench_stream import Server, _measure, _shapes, round_spread
 
 CLIENTS = ("nominal-streaming", "ours→http-row", "ours→http-columnar", "ours→grpc")
@@ -79,14 +82,19 @@ def _child(shape: str, client: str, scale: float, rid: str, grpc_url: str, http_
     return 0
 
 
-def _run_child(shape: str, client: str, scale: float, rid: str, server: Server) -> tuple[float, float]:
+def _run_child(
+    shape: str, client: str, scale: float, rid: str, server: Server, old: Path | None = None
+) -> tuple[float, float]:
+    base, is_old = trees.split(client)
+    env, cwd = trees.child_env(old if is_old else None)
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_http", "--child", shape, client, str(scale), rid, server.target,
+        [sys.executable, "-m", "benchmarks.bench_http", "--child", shape, base, str(scale), rid, server.target,
          server.http_url],
         check=True,
         stdout=subprocess.PIPE,
         text=True,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=cwd or trees.ROOT,
+        env=env,
     ).stdout.split()
     return float(out[0]), float(out[1])
 
@@ -102,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the work per shape")
     ap.add_argument("--only", nargs="*", help="shape names to run")
     ap.add_argument("--clients", nargs="*", choices=CLIENTS, default=list(CLIENTS))
+    ap.add_argument("--old", type=Path, metavar="TREE", help="also ours→http-row from this checkout")
     ap.add_argument("--request-mib", type=float, help="our clients' max_request_bytes, in MiB (default: the target's)")
     args = ap.parse_args(argv)
     if args.request_mib:
@@ -109,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes = _shapes(args.scale)
     if args.only:
         shapes = {k: v for k, v in shapes.items() if k in args.only}
-    clients = tuple(args.clients)
+    clients = tuple(args.clients) + (("ours→http-row" + trees.OLD,) if args.old else ())
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     served: dict[tuple[str, str], list[float]] = {}  # server CPU seconds a run
     bad: list[str] = []
@@ -121,10 +130,10 @@ def main(argv: list[str] | None = None) -> int:
                 for name, (points, _) in shapes.items():
                     order = clients if rnd % 2 == 0 else clients[::-1]
                     for client in order:
-                        tag = client.replace("→", "-").replace("_", "-")
+                        tag = "".join(ch if ch.isalnum() else "-" for ch in client)
                         rid = f"ri.bench.{name.replace('_', '-')}.{tag}.{rnd}"
                         s0 = server.cpu_seconds()
-                        wall, cpu = _run_child(name, client, args.scale, rid, server)
+                        wall, cpu = _run_child(name, client, args.scale, rid, server, args.old)
                         s1 = server.cpu_seconds()
                         results.setdefault((name, client), []).append((wall, cpu))
                         if s0 is not None and s1 is not None:

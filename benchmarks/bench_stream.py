@@ -26,7 +26,10 @@ whole sequence, and nominal-streaming's CPU per point moved by 25% with the proc
 Each shape's work is sized so that a nominal-streaming run lasts about 0.3 s or more: with runs
 of 0.1-0.2 s, scheduling jitter on the 2 shared cores moved single ratios by up to 30%.
 
-Run: ``.venv/bin/python benchmarks/bench_stream.py [--rounds 5] [--scale 1.0] [--only deep wide]``;
+``--old TREE`` adds ``NominalStream→avro`` from another checkout (``benchmarks/trees.py``).
+
+Run: ``.venv/bin/python benchmarks/bench_stream.py [--rounds 5] [--scale 1.0] [--only deep wide]
+[--old TREE]``;
 ``--curve SHAPE [RUNS]`` prints each client's rate over RUNS runs in a row in one process (how much
 warm-up a client needs).
 """
@@ -47,6 +50,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+try:
+    from benchmarks import trees
+except ImportError:  # run as a script: its own directory is first on the path
+    import trees  # type: ignore[no-redef]
 
 WIDE_CHANNELS = 6_480
 T0 = 1_700_000_000_000_000_000
@@ -229,6 +237,7 @@ def _measure(fn: Callable[[], None]) -> tuple[float, float]:
 
 
 CLIENTS = ("nominal-streaming", "NominalStream→avro", "NominalStream→grpc", "NominalStream→encode")
+AVRO_OLD = "NominalStream→avro" + trees.OLD
 
 
 def _child(shape: str, client: str, scale: float, path: str, rid: str, target: str) -> int:
@@ -288,12 +297,18 @@ def _curve_one(shape: str, client: str, runs: int) -> int:
     return 0
 
 
-def _run_child(shape: str, client: str, scale: float, path: Path, rid: str, target: str) -> tuple[float, float, int]:
+def _run_child(
+    shape: str, client: str, scale: float, path: Path, rid: str, target: str, old: Path | None = None
+) -> tuple[float, float, int]:
+    base, is_old = trees.split(client)
+    env, cwd = trees.child_env(old if is_old else None)
     out = subprocess.run(
-        [sys.executable, __file__, "--child", shape, client, str(scale), str(path), rid, target],
+        [sys.executable, __file__, "--child", shape, base, str(scale), str(path), rid, target],
         check=True,
         stdout=subprocess.PIPE,
         text=True,
+        env=env,
+        cwd=cwd,
     ).stdout.split()
     return float(out[0]), float(out[1]), int(out[2])
 
@@ -312,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the work per shape")
     ap.add_argument("--only", nargs="*", help="shape names to run")
+    ap.add_argument("--old", type=Path, metavar="TREE", help="also NominalStream→avro from this checkout")
     args = ap.parse_args(argv)
+    clients = CLIENTS + ((AVRO_OLD,) if args.old else ())
     shapes = _shapes(args.scale)
     if args.only:
         shapes = {k: v for k, v in shapes.items() if k in args.only}
@@ -323,13 +340,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for rnd in range(args.rounds):
                 for name, (points, _) in shapes.items():
-                    order = CLIENTS if rnd % 2 == 0 else CLIENTS[::-1]
+                    order = clients if rnd % 2 == 0 else clients[::-1]
                     for client in order:
                         path = Path(tmp) / f"{name}-{rnd}.avro"
                         rid = f"ri.bench.{name.replace('_', '-')}-{rnd}"
                         # Each measurement in a fresh process: what one client leaves behind (heap,
                         # threads, allocator state) must not weigh on the next one.
-                        wall, cpu, acked = _run_child(name, client, args.scale, path, rid, server.target)
+                        wall, cpu, acked = _run_child(name, client, args.scale, path, rid, server.target, args.old)
                         results.setdefault((name, client), []).append((wall, cpu))
                         if client == "NominalStream→encode":
                             got = acked  # nothing is stored: the stream's acknowledged count
@@ -347,22 +364,25 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr, flush=True)
         finally:
             server.stop()
+    old = args.old is not None
     print(
         "| shape | points | nominal-streaming M pts/s | ours→avro M pts/s (ratio) | ours→gRPC M pts/s (ratio) "
-        "| ours, encode only M pts/s (ratio) | CPU s / M pts: ns, ours→avro, ours→gRPC, ours encode only |"
+        "| ours, encode only M pts/s (ratio) |"
+        + (" old→avro M pts/s (ratio) |" if old else "")
+        + " CPU s / M pts: ns, ours→avro, ours→gRPC, ours encode only" + (", old→avro |" if old else " |")
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|" + ("---|" if old else "") + "---|")
     for name, (points, _) in shapes.items():
-        rate = {c: points / statistics.median(w for w, _ in results[(name, c)]) for c in CLIENTS}
-        cpu = {c: statistics.median(u for _, u in results[(name, c)]) / points * 1e6 for c in CLIENTS}
+        rate = {c: points / statistics.median(w for w, _ in results[(name, c)]) for c in clients}
+        cpu = {c: statistics.median(u for _, u in results[(name, c)]) / points * 1e6 for c in clients}
         ns = rate["nominal-streaming"]
+        ours = clients[1:]
         print(
-            f"| {name} | {points:,} | {ns / 1e6:.2f} "
-            f"| {rate['NominalStream→avro'] / 1e6:.2f} ({rate['NominalStream→avro'] / ns:.2f}x) "
-            f"| {rate['NominalStream→grpc'] / 1e6:.2f} ({rate['NominalStream→grpc'] / ns:.2f}x) "
-            f"| {rate['NominalStream→encode'] / 1e6:.2f} ({rate['NominalStream→encode'] / ns:.2f}x) "
-            f"| {cpu['nominal-streaming']:.3f}, {cpu['NominalStream→avro']:.3f}, {cpu['NominalStream→grpc']:.3f}, "
-            f"{cpu['NominalStream→encode']:.3f} |"
+            f"| {name} | {points:,} | {ns / 1e6:.2f} | "
+            + " | ".join(f"{rate[c] / 1e6:.2f} ({rate[c] / ns:.2f}x)" for c in ours)
+            + " | "
+            + ", ".join(f"{cpu[c]:.3f}" for c in clients)
+            + " |"
         )
     print(f"delivery verified: {'all points, every run' if not bad else '; '.join(bad)}")
     return 1 if bad else 0
