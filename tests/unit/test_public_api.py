@@ -93,3 +93,45 @@ def test_what_public_calls_give_back_is_exported(tmp_path: Path) -> None:
         assert [type(info) for info in server.store.list_series("ri.x.1")] == [beam_nominal.SeriesInfo]
     # WriteToNominalResult.files holds the files an Avro prefix target made visible.
     assert typing.get_type_hints(AvroPrefixTarget.commit_bundle)["return"] == list[beam_nominal.WrittenFile]
+
+
+def _return_types(fn: object) -> set[type]:
+    """The classes a function's return annotation names (its arguments' included)."""
+    import typing
+
+    ann = getattr(fn, "__annotations__", {}).get("return")
+    if ann is None:
+        return set()
+    hint = eval(ann, vars(sys.modules[fn.__module__])) if isinstance(ann, str) else ann  # type: ignore[attr-defined]
+    out: set[type] = set()
+    todo = [hint]
+    while todo:
+        t = todo.pop()
+        if isinstance(t, type):
+            out.add(t)
+        origin = typing.get_origin(t)
+        if isinstance(origin, type):
+            out.add(origin)
+        todo.extend(typing.get_args(t))
+    return out
+
+
+def test_public_methods_give_back_only_exported_types() -> None:
+    import inspect
+
+    exported = {getattr(beam_nominal, name) for name in beam_nominal.__all__ if name != "__version__"}
+    private = []
+    for name in beam_nominal.__all__:
+        obj = getattr(beam_nominal, name)
+        if not inspect.isclass(obj):
+            continue
+        for attr, member in vars(obj).items():
+            if attr.startswith("_"):
+                continue
+            fn = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+            if not callable(fn) or not getattr(fn, "__module__", "").startswith("beam_nominal"):
+                continue
+            for t in _return_types(fn):
+                if t.__module__.startswith("beam_nominal") and t not in exported:
+                    private.append(f"{name}.{attr} -> {t.__module__}.{t.__qualname__}")
+    assert private == []
