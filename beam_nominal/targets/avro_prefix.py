@@ -175,10 +175,6 @@ class AvroPrefixTarget:
     def __repr__(self) -> str:
         return f"AvroPrefixTarget({self._prefix!r}, dataset_rid={self._dataset_rid!r}, codec={self._codec!r})"
 
-    @property
-    def prefix(self) -> str:
-        return self._prefix
-
     # -- bundle life cycle (called by WriteDoFn) ----------------------------------------------
 
     def begin_bundle(self) -> None:
