@@ -236,8 +236,8 @@ class RaisingHash(str):
 @pytest.mark.parametrize("shape", ["tuple", "dict"])
 def test_a_channel_whose_hash_raises_value_error_fails_the_element_not_the_bundle(dofn: WriteDoFn, shape: str) -> None:
     # The compiled process takes ValueError, as KeyError and TypeError, for "not a fast point"
-    # and the checked path then fails the element; add_fast took only the two, so the Python
-    # process let it out of process for a tuple (the bundle failed) and failed only a dict.
+    # and the checked path then fails the element; add_fast and the Python process must do the
+    # same for a tuple as for a dict, or a tuple's would fail the bundle.
     _pin_c(dofn)
     out = list(dofn.process(SHAPES[shape](RaisingHash("c"), B, 0.5)))
     assert [f.error for f in out] == ["ValueError"]
@@ -307,7 +307,7 @@ def test_the_compiled_process_follows_the_batch_rebinding_its_list_and_map(dofn:
 def test_a_class_lookup_that_rebinds_the_dofn_does_not_read_a_freed_set() -> None:
     # The point classes' set is looked up with the element's class; a metaclass's __eq__ runs
     # Python code, here dropping the set being searched. The compiled process must hold it for
-    # the lookup: it read freed memory (a segfault under PYTHONMALLOC=debug, which poisons it).
+    # the lookup, or it reads freed memory (a crash under PYTHONMALLOC=debug, which poisons it).
     import os
     import subprocess
     import sys
@@ -434,8 +434,8 @@ def test_both_processes_hand_over_at_the_same_elements_whichever_list_fills(dofn
 
 
 def test_a_mapping_whose_class_has_point_fields_is_read_as_a_mapping(dofn: WriteDoFn) -> None:
-    # A class with NamedTuple-like _fields that is not a tuple: the compiled process read it as a
-    # tuple once its class was known (a segfault on the second element).
+    # A class with NamedTuple-like _fields that is not a tuple: were the compiled process to read
+    # it as a tuple once its class is known, the second element would crash it.
     class Fielded(dict):  # type: ignore[type-arg]
         _fields = ("channel", "timestamp", "value")
 
