@@ -1040,7 +1040,7 @@ class _Points(NamedTuple):
         if arr.shape[0] < 2:
             raise UpbFallback
         # Two-byte point lengths are looked for only where the first point has one or the chain
-        # of one-byte ones fails: the scan for them costs doubles and short text 10-15%.
+        # of one-byte ones fails: the scan for them is a cost doubles and short text should not pay.
         wide = bool(arr[1] >= 0x80)
         chain = _point_chain(arr, *_point_candidates(arr, wide))
         if chain is None and not wide:

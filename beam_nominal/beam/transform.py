@@ -61,11 +61,11 @@ class WriteToNominalResult(NamedTuple):
     """What :class:`WriteToNominal` returns.
 
     Attributes:
-        failed: a PCollection of :class:`~beam_nominal.beam.FailedElement` ``(element, error,
+        failed: a PCollection of :class:`~beam_nominal.FailedElement` ``(element, error,
             reason)``: elements that could not be written (no channel, bad timestamp, a value
             whose type conflicts with its series, an unsupported value ...).
         files: with an Avro prefix target (``"gs://bucket/dir/"``, ``"/local/dir/"``), a
-            PCollection of :class:`~beam_nominal.targets.avro_prefix.WrittenFile` ``(path,
+            PCollection of :class:`~beam_nominal.WrittenFile` ``(path,
             dataset_rid, series, points, bytes, min_timestamp, max_timestamp)``, one per file
             made visible, in the global window; None for other targets.
     """

@@ -59,8 +59,8 @@ _ARROW_TYPES: dict[ValueType, pa.DataType] = {
 }
 
 # Dictionary-encoding only the low-cardinality name columns, DELTA_BINARY_PACKED timestamps, PLAIN
-# values, no compression and statistics only on the timestamp column: several times faster to
-# write than pyarrow's defaults, at about 8 bytes a double point (benchmarks/bench_server.py).
+# values, no compression and statistics only on the timestamp column: faster to write than
+# pyarrow's defaults, and compact (delta-packed timestamps; docs/benchmarks.md, "Local server").
 _PARQUET_OPTIONS: dict[str, Any] = {
     "use_dictionary": ["channel", "tags"],
     "column_encoding": {"timestamp": "DELTA_BINARY_PACKED"},
@@ -309,8 +309,8 @@ def _build_commit(batches: Sequence[SeriesBatch], meta: dict[str, Any]) -> tuple
             strict=False,
         )
     )
-    # Column-wise: one JSON list per field is several times faster to write and read than one
-    # object per series. Offsets are not stored: they are the running sum of counts.
+    # Column-wise: one JSON list per field is faster to write and read than one object per
+    # series. Offsets are not stored: they are the running sum of counts.
     manifest = {
         **meta,
         "format": _FORMAT,

@@ -261,7 +261,6 @@ class RemoteStore:
             self._channel = grpc.insecure_channel(address, options=_GRPC_OPTIONS)
         self._metadata = ((_md.AUTHORIZATION, f"Bearer {token}"),) if token is not None else ()
         self._read = local_pb2_grpc.LocalReadServiceStub(self._channel)
-        self._caps = local_pb2_grpc.CapabilitiesServiceStub(self._channel)
 
     def list_datasets(self) -> list[str]:
         """Rids of every dataset the server holds, sorted."""
@@ -289,13 +288,6 @@ class RemoteStore:
                 raise KeyError(exc.details()) from None
             raise
         return table_from_read_response(resp)
-
-    def capabilities(self) -> local_pb2.Capabilities:
-        """The server's ``GetCapabilities`` answer."""
-        caps: local_pb2.Capabilities = self._caps.GetCapabilities(
-            local_pb2.GetCapabilitiesRequest(), metadata=self._metadata
-        )
-        return caps
 
     def close(self) -> None:
         self._channel.close()

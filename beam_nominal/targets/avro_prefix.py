@@ -88,8 +88,7 @@ class _OpenFile:
         self.temp_path = temp_path
         self.handle = handle
         self.sync = sync
-        # BLAKE3, as the HTTP idempotency keys: 7.4 GB/s here against sha256's 1.8 (with SHA
-        # extensions) and blake2b's 1.25.
+        # BLAKE3, as the HTTP idempotency keys: it digests a file faster than sha256 or blake2b.
         self.digest = blake3.blake3()
         self.size = 0
         self.points = 0
@@ -175,10 +174,6 @@ class AvroPrefixTarget:
 
     def __repr__(self) -> str:
         return f"AvroPrefixTarget({self._prefix!r}, dataset_rid={self._dataset_rid!r}, codec={self._codec!r})"
-
-    @property
-    def prefix(self) -> str:
-        return self._prefix
 
     # -- bundle life cycle (called by WriteDoFn) ----------------------------------------------
 

@@ -143,7 +143,7 @@ class HttpTarget:
         ValueError: a URL that is not ``http(s)://HOST...``, or an unknown format.
     """
 
-    #: In the packer's column-form bytes (a row body of doubles is ~1.15x that before zstd). Larger
+    #: In the packer's column-form bytes (a row body is somewhat larger before zstd). Larger
     #: requests amortise per-series costs, but bodies much beyond what Nominal's own client sends
     #: are not known to be accepted (docs/benchmarks.md, "Request size").
     preferred_request_bytes = 8 * 1024 * 1024

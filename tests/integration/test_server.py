@@ -535,11 +535,9 @@ def test_token_is_required_by_every_service(tmp_path: Path) -> None:
 
 
 def test_capabilities(server: LocalServer) -> None:
-    remote = RemoteStore(server.target)
-    try:
-        caps = remote.capabilities()
-    finally:
-        remote.close()
+    with grpc.insecure_channel(address(server.target)) as ch:
+        stub = local_pb2_grpc.CapabilitiesServiceStub(ch)
+        caps = stub.GetCapabilities(local_pb2.GetCapabilitiesRequest(), timeout=30)
     assert caps.server == "beam_nominal.local"
     assert caps.version
     assert set(caps.services) == {

@@ -126,6 +126,11 @@ SHAPES: dict[str, Callable[[Any, Any, Any], Any]] = {
 }
 
 
+def _pin_c(fn: WriteDoFn) -> None:
+    """Make "c" a known double series of the bundle: its first point, read by the checked path."""
+    assert list(fn.process(("c", B - 1, 0.25))) == []
+
+
 def _doubles(batch: PointBatch) -> list[Any]:
     """The batch's double points as (code, ns, value) items, in order, as the flat list holds
     other points."""
@@ -152,7 +157,7 @@ def _taken_inline(fn: WriteDoFn, element: Any) -> tuple[bool, list[Any]]:
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("point", CANDIDATES, ids=repr)
 def test_process_and_add_fast_take_the_same_points(dofn: WriteDoFn, shape: str, point: tuple[Any, Any, Any]) -> None:
-    dofn._batch.add_point("c", B - 1, 0.25, None)
+    _pin_c(dofn)
     if shape == "namedtuple":
         dofn._points.add(Point)
     if shape == "row":
@@ -173,7 +178,7 @@ def test_process_and_add_fast_take_the_same_points(dofn: WriteDoFn, shape: str, 
 
 def test_the_fast_path_takes_the_plain_point_of_every_shape(dofn: WriteDoFn) -> None:
     # Not vacuous: each shape does reach the inline path, and a point with tags never does.
-    dofn._batch.add_point("c", B - 1, 0.25, None)
+    _pin_c(dofn)
     dofn._points.add(Point)
     dofn._rows.add(type(beam.Row(channel="c", timestamp=1, value=1.0)))
     for shape, make in SHAPES.items():
@@ -189,7 +194,7 @@ def test_the_fast_path_takes_the_plain_point_of_every_shape(dofn: WriteDoFn) -> 
 def test_points_after_a_wide_row_take_the_checked_path(dofn: WriteDoFn) -> None:
     # Rows pending: a single point must settle them first (series keep arrival order), so
     # neither copy takes it.
-    dofn._batch.add_point("c", B - 1, 0.25, None)
+    _pin_c(dofn)
     dofn._batch.add_record(B, {"c": 1.5, "d": 2.5})
     reference = _batch()
     reference.add_record(B, {"c": 1.5, "d": 2.5})
@@ -231,9 +236,9 @@ class RaisingHash(str):
 @pytest.mark.parametrize("shape", ["tuple", "dict"])
 def test_a_channel_whose_hash_raises_value_error_fails_the_element_not_the_bundle(dofn: WriteDoFn, shape: str) -> None:
     # The compiled process takes ValueError, as KeyError and TypeError, for "not a fast point"
-    # and the checked path then fails the element; add_fast took only the two, so the Python
-    # process let it out of process for a tuple (the bundle failed) and failed only a dict.
-    dofn._batch.add_point("c", B - 1, 0.25, None)
+    # and the checked path then fails the element; add_fast and the Python process must do the
+    # same for a tuple as for a dict, or a tuple's would fail the bundle.
+    _pin_c(dofn)
     out = list(dofn.process(SHAPES[shape](RaisingHash("c"), B, 0.5)))
     assert [f.error for f in out] == ["ValueError"]
     assert not PointBatch().add_fast(RaisingHash("c"), B, 0.5)
@@ -244,7 +249,7 @@ def test_a_channel_whose_hash_raises_another_error_fails_the_bundle(dofn: WriteD
     class Broken(RaisingHash):
         error = RuntimeError
 
-    dofn._batch.add_point("c", B - 1, 0.25, None)
+    _pin_c(dofn)
     with pytest.raises(RuntimeError, match="no hash"):
         dofn.process(SHAPES[shape](Broken("c"), B, 0.5))
 
@@ -253,7 +258,7 @@ def test_a_channel_whose_hash_rebinds_the_dofn_never_appends_a_code_to_another_b
     # As add_fast (a method of one batch): a series code goes only to the double points of the batch
     # whose fast map gave it. The compiled process holds the map and list it was bound to; when
     # the lookup rebinds them it appends nothing and hands the element to the checked path.
-    dofn._batch.add_point("c", B - 1, 0.25, None)
+    _pin_c(dofn)
     old = dofn._batch
     slow: list[Any] = []
     dofn._slow = lambda element: slow.append(element) or ()  # type: ignore[method-assign]
@@ -302,7 +307,7 @@ def test_the_compiled_process_follows_the_batch_rebinding_its_list_and_map(dofn:
 def test_a_class_lookup_that_rebinds_the_dofn_does_not_read_a_freed_set() -> None:
     # The point classes' set is looked up with the element's class; a metaclass's __eq__ runs
     # Python code, here dropping the set being searched. The compiled process must hold it for
-    # the lookup: it read freed memory (a segfault under PYTHONMALLOC=debug, which poisons it).
+    # the lookup, or it reads freed memory (a crash under PYTHONMALLOC=debug, which poisons it).
     import os
     import subprocess
     import sys
@@ -429,12 +434,12 @@ def test_both_processes_hand_over_at_the_same_elements_whichever_list_fills(dofn
 
 
 def test_a_mapping_whose_class_has_point_fields_is_read_as_a_mapping(dofn: WriteDoFn) -> None:
-    # A class with NamedTuple-like _fields that is not a tuple: the compiled process read it as a
-    # tuple once its class was known (a segfault on the second element).
+    # A class with NamedTuple-like _fields that is not a tuple: were the compiled process to read
+    # it as a tuple once its class is known, the second element would crash it.
     class Fielded(dict):  # type: ignore[type-arg]
         _fields = ("channel", "timestamp", "value")
 
-    dofn._batch.add_point("c", B - 1, 0.25, None)
+    _pin_c(dofn)
     for i in range(3):
         assert list(dofn.process(Fielded(channel="c", timestamp=B + i, value=i + 0.5))) == []
     assert Fielded not in dofn._points

@@ -175,8 +175,8 @@ print("done")
 
 def test_the_watcher_reads_the_main_threads_frame_whatever_the_collector_frees() -> None:
     # The watcher reads the main thread's frame with sys._current_frames, which in CPython 3.11.7
-    # hangs the process for good if a collection it triggers frees a threading.local (gh-106883;
-    # it hung a CI run). Without the collector paused this child never ends.
+    # hangs the process for good if a collection it triggers frees a threading.local (CPython
+    # gh-106883). Without the collector paused this child never ends.
     done = subprocess.run(
         [sys.executable, "-c", _FRAMES_UNDER_COLLECTION], capture_output=True, text=True, timeout=30, check=True
     )
