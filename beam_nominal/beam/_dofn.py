@@ -317,6 +317,12 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
 
     def start_bundle(self) -> None:
         assert self._uploader is not None and self._settings is not None
+        if self._sender is not None:
+            # A bundle that never finished (its process raised and the runner kept the instance):
+            # end it before the batch and the target's bundle state are reset under it.
+            _abandon(self._sender)
+            self._sender = None
+            _bundle_hook(self._target, "abort_bundle")
         self._measured.take_samples()
         self._batch.clear()
         _bundle_hook(self._target, "begin_bundle")
@@ -446,8 +452,11 @@ def _bundle_hook(target: Any, name: str) -> Any:
 
 
 def _abandon(sender: Sender) -> None:
-    """Close the sender of a bundle that failed, without waiting on undeliverable data."""
+    """Close the sender of a bundle that failed, sending nothing more: its session stops first,
+    so the final cut of what it buffered is written off, not sent (those bodies are not the ones
+    the retried bundle sends, so a send now would store its points twice)."""
     try:
+        sender.uploader.abandon()
         sender.close(0)
     except Exception:
         # The bundle already failed with the reason that matters; this one would hide it.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from apache_beam.metrics.metric import Metrics
@@ -27,6 +27,7 @@ class SinkMetrics:
     def __init__(self) -> None:
         self.points = Metrics.counter(NAMESPACE, "points")
         self.already_stored_points = Metrics.counter(NAMESPACE, "already_stored_points")
+        self.fallback_points = Metrics.counter(NAMESPACE, "fallback_points")
         self.series = Metrics.counter(NAMESPACE, "series")
         self.requests = Metrics.counter(NAMESPACE, "requests")
         self.bytes = Metrics.counter(NAMESPACE, "bytes")
@@ -40,6 +41,7 @@ class SinkMetrics:
         for counter, name in (
             (self.points, "points"),
             (self.already_stored_points, "already_stored_points"),
+            (self.fallback_points, "fallback_points"),
             (self.series, "series"),
             (self.requests, "requests"),
             (self.bytes, "bytes"),
@@ -77,6 +79,17 @@ class MeasuredTarget:
         """The inner target's first contact (it remembers a success, so bundles after the first
         send nothing for it)."""
         first_contact(self.inner, dataset_rid, timeout)
+
+    @property
+    def send_fallback(self) -> Callable[..., None] | None:
+        """The inner target's fallback send (``with_fallback``), or None: the uploader finds it here."""
+        send: Callable[..., None] | None = getattr(self.inner, "send_fallback", None)
+        return send
+
+    @property
+    def fallback_location(self) -> str | None:
+        location = getattr(self.inner, "fallback_location", None)
+        return None if location is None else str(location)
 
     @property
     def preferred_request_bytes(self) -> int | None:

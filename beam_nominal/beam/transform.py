@@ -257,6 +257,12 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             except ValueError as exc:
                 raise ValueError(f"WriteToNominal tags: {exc}") from None
         settings.pop("linger", None)
+        if settings.get("block_on_full", True) is not True:
+            raise ValueError(
+                f"WriteToNominal: block_on_full={settings['block_on_full']!r} is not supported: a bundle "
+                "waits for room in its buffer budget (raising instead would fail bundles under load); "
+                "drop the option"
+            )
         # Checked here, naming the setting, rather than on every worker at every bundle.
         resolve(owner="WriteToNominal", **settings)
         self._target = target

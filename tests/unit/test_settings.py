@@ -95,3 +95,13 @@ def test_write_to_nominal_refuses_a_timestamp_field_named_like_a_shape_field(nam
     with pytest.raises(ValueError, match=f"timestamp_field {name!r} is a field name"):
         WriteToNominal("grpc://127.0.0.1:1", dataset_rid="ri.x", timestamp_field=name)
     WriteToNominal("grpc://127.0.0.1:1", dataset_rid="ri.x", timestamp_field="time")
+
+
+def test_write_to_nominal_refuses_not_blocking_on_a_full_buffer() -> None:
+    """A bundle over its buffer budget waits for room; raising instead would fail bundles
+    whenever the target is slower than the input."""
+    from beam_nominal.beam import WriteToNominal
+
+    with pytest.raises(ValueError, match="block_on_full=False is not supported"):
+        WriteToNominal("grpc://127.0.0.1:1", dataset_rid="ri.x", block_on_full=False)
+    WriteToNominal("grpc://127.0.0.1:1", dataset_rid="ri.x", block_on_full=True)
