@@ -1,6 +1,6 @@
 """The one compiled module, PointBatch's hot paths (beam_nominal/_pipeline/_fastpath.c:
-WriteDoFn.process, NominalStream's common writes, PointBatch's double points as C columns, and the
-HTTP row body's join into a reused buffer); everything else is in pyproject.toml.
+WriteDoFn.process, PointBatch's double points as C columns, and stateless kernels: a list of
+floats packed, the HTTP row body's join into a reused buffer); everything else is in pyproject.toml.
 Optional: an install without a C compiler still works, with the same paths in Python (slower;
 docs/architecture.md). ``BEAM_NOMINAL_PURE_PYTHON=1`` builds without it: a ``py3-none-any``
 wheel for workers of another platform (docs/runners.md). ``BEAM_NOMINAL_COMPILE=1`` makes a

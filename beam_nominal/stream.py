@@ -29,13 +29,13 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from beam_nominal._pipeline import interrupt as _interrupt
 from beam_nominal._pipeline import values as _values
 from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._pipeline.packer import cut_requests
-from beam_nominal._pipeline.staging import Chunk, PointBatch, double_bytes
+from beam_nominal._pipeline.staging import Chunk, PointBatch
 from beam_nominal._pipeline.uploader import Outcome, Uploader
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
@@ -49,6 +49,17 @@ _log = logging.getLogger("beam_nominal.stream")
 
 #: Single points a stream stages, at most, before they move into its buffer.
 _SETTLE_POINTS = 4096
+
+
+def _no_packing(values: Any) -> bytes | None:
+    return None  # float_row takes every row
+
+
+_pack_doubles: Callable[[Any], bytes | None]
+try:
+    from beam_nominal._pipeline._fastpath import pack_doubles as _pack_doubles
+except ImportError:
+    _pack_doubles = _no_packing
 
 
 class StreamState(str, enum.Enum):
@@ -331,18 +342,6 @@ class Sender:
         add = self.buffer.add
         for chunk in chunks:
             add(*chunk)
-        return self.cut_due()
-
-    def put_double_column(self, key: SeriesKey, ts: Any, values: Any) -> Sequence[Request] | None:
-        """Lock held: :meth:`put_columns` of one column the compiled ``enqueue_batch`` checked
-        (``_fastpath.c``: a known untagged double series, 1-D int64 ns and float64 values of one
-        length, the caller's arrays), copied onto the series' open column (``buffer.py``). None,
-        and nothing buffered, if a timestamp is -2**63: the compiled method then leaves the call
-        to the Python one, which says so. Called once per call of 100-point columns: no chunk
-        or list is made for it."""
-        self.move_staged()
-        if not self.buffer.put_double_column(key, ts, values, double_bytes(len(ts))):
-            return None
         return self.cut_due()
 
     def cut_due(self) -> Sequence[Request]:
@@ -643,92 +642,7 @@ def _finalize(sender: Sender) -> None:
         _log.error("draining a dropped NominalStream: %s", exc)
 
 
-class _Writes(Protocol):
-    def _enqueue(self, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None) -> None: ...
-
-    def _enqueue_float_array(
-        self, channel: str, timestamp: Any, values: Any, tags: Mapping[str, str] | None = None
-    ) -> None: ...
-
-    def _enqueue_string_array(
-        self, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
-    ) -> None: ...
-
-    def _enqueue_batch(
-        self, channel: str, timestamps: Any, values: Any, tags: Mapping[str, str] | None = None
-    ) -> None: ...
-
-
-class _PythonWrites:
-    """``NominalStream.enqueue``, ``enqueue_float_array``, ``enqueue_string_array`` and
-    ``enqueue_batch`` where the compiled ones (``_fastpath.c``'s ``FastWrites``) were not built:
-    the Python methods take every call. The docstrings are the compiled methods' too (a test
-    holds them equal)."""
-
-    def enqueue(self: _Writes, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None) -> None:
-        """Write one point.
-
-        Args:
-            channel: channel name.
-            timestamp: int ns, aware datetime, ISO-8601 string, datetime64, pandas/Beam Timestamp.
-            value: float, int, bool, str, numpy scalar, a mapping (stored as a JSON struct), or a
-                sequence of numbers or of strings (a double or string array).
-            tags: optional str -> str tags; None and {} are the same series.
-
-        Raises:
-            SeriesTypeError: the value's type differs from the series' pinned type.
-            ValueError / TypeError: a bad channel, tags, timestamp or value (``ElementError``
-                names the field).
-            StreamClosedError: the stream is not open.
-            BackpressureError: the buffer is full and ``block_on_full`` is off.
-        """
-        self._enqueue(channel, timestamp, value, tags)
-
-    def enqueue_float_array(
-        self: _Writes, channel: str, timestamp: Any, values: Any, tags: Mapping[str, str] | None = None
-    ) -> None:
-        """Write one double-array value (a 1-D sequence of numbers)."""
-        self._enqueue_float_array(channel, timestamp, values, tags)
-
-    def enqueue_string_array(
-        self: _Writes, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
-    ) -> None:
-        """Write one string-array value."""
-        self._enqueue_string_array(channel, timestamp, values, tags)
-
-    def enqueue_batch(
-        self: _Writes, channel: str, timestamps: Any, values: Any, tags: Mapping[str, str] | None = None
-    ) -> None:
-        """Write many points of one series.
-
-        Args:
-            channel: channel name.
-            timestamps: int64 ns / datetime64 array, or a sequence of any accepted timestamp.
-            values: a 1-D numpy array or sequence of one type; a 2-D float array (or a sequence of
-                float sequences) is a double-array series, one row per timestamp; a sequence of
-                str sequences is a string-array series; a sequence of mappings is a struct series.
-            tags: optional tags.
-
-        Raises:
-            ValueError: lengths differ, or a bad channel/timestamp.
-            SeriesTypeError / TypeError: a value type conflict or an unsupported value.
-        """
-        self._enqueue_batch(channel, timestamps, values, tags)
-
-    def _bind_writes(self, sender: Any) -> None:
-        pass  # these methods read the stream's attributes
-
-
-if TYPE_CHECKING:
-    _WritesBase = _PythonWrites
-else:
-    try:
-        from beam_nominal._pipeline._fastpath import FastWrites as _WritesBase
-    except ImportError:
-        _WritesBase = _PythonWrites
-
-
-class NominalStream(_WritesBase):
+class NominalStream:
     """A buffered, concurrent, exact writer of telemetry to one Nominal dataset.
 
     Args:
@@ -822,7 +736,6 @@ class NominalStream(_WritesBase):
             raise
         if batch.linger is not None:
             threading.Thread(target=sender.linger_loop, name="beam-nominal-linger", daemon=True).start()
-        self._bind_writes(sender)
         self._finalizer = weakref.finalize(self, _finalize, sender)
         sender.registered = True
         _interrupt.register(sender)
@@ -854,14 +767,28 @@ class NominalStream(_WritesBase):
     # nothing. It moves into the buffer after every column, every _SETTLE_POINTS single points
     # or a request's worth of rows, and before every cut (``Sender.move_staged``).
 
-    def _enqueue(self, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None) -> None:
-        """``enqueue`` in Python: every call where the compiled one is not built, else every call
-        but the common one (no tags, an int ns and a float of a known series), which it takes."""
+    def enqueue(self, channel: str, timestamp: Any, value: Any, tags: Mapping[str, str] | None = None) -> None:
+        """Write one point.
+
+        Args:
+            channel: channel name.
+            timestamp: int ns, aware datetime, ISO-8601 string, datetime64, pandas/Beam Timestamp.
+            value: float, int, bool, str, numpy scalar, a mapping (stored as a JSON struct), or a
+                sequence of numbers or of strings (a double or string array).
+            tags: optional str -> str tags; None and {} are the same series.
+
+        Raises:
+            SeriesTypeError: the value's type differs from the series' pinned type.
+            ValueError / TypeError: a bad channel, tags, timestamp or value (``ElementError``
+                names the field).
+            StreamClosedError: the stream is not open.
+            BackpressureError: the buffer is full and ``block_on_full`` is off.
+        """
+        # Sender.write's steps inlined: callers make one call a point, so each call saved counts.
         c = self._sender
         staged = c.staged
-        # acquire/release rather than `with`: measurably cheaper on this path.
         lock = c.lock
-        lock.acquire()
+        lock.acquire()  # rather than `with`: cheaper on this path
         try:
             if c.gate:
                 c.check_open()
@@ -871,10 +798,6 @@ class NominalStream(_WritesBase):
                 staged.add_point(channel, timestamp, value, tags)
             if c.first_buffered_at is None:
                 c.first_buffered_at = c.clock()
-            # _write's steps, inlined: through _write a point costs 7,961 instructions, here
-            # 5,052 (callgrind, the scalar shape of bench_stream, before the compiled enqueue
-            # took it), and the tagged points that still come here gain as much. Change both
-            # together, and FastWrites' locked_write (_fastpath.c), which makes these steps.
             if not staged.singles_due(c.settle_singles) and staged.nbytes < c.max_bytes:
                 return
             reqs = c.settled()
@@ -883,10 +806,22 @@ class NominalStream(_WritesBase):
         if reqs:
             c.submit(reqs)
 
-    def _enqueue_batch(self, channel: str, timestamps: Any, values: Any, tags: Mapping[str, str] | None = None) -> None:
-        """``enqueue_batch`` in Python (the compiled one takes int64 and float64 arrays of a known
-        untagged double series itself, as ``PointBatch.series_chunks``' fast path does)."""
-        self._write(self._sender.staged.series_chunks, channel, timestamps, values, tags)
+    def enqueue_batch(self, channel: str, timestamps: Any, values: Any, tags: Mapping[str, str] | None = None) -> None:
+        """Write many points of one series.
+
+        Args:
+            channel: channel name.
+            timestamps: int64 ns / datetime64 array, or a sequence of any accepted timestamp.
+            values: a 1-D numpy array or sequence of one type; a 2-D float array (or a sequence of
+                float sequences) is a double-array series, one row per timestamp; a sequence of
+                str sequences is a string-array series; a sequence of mappings is a struct series.
+            tags: optional tags.
+
+        Raises:
+            ValueError: lengths differ, or a bad channel/timestamp.
+            SeriesTypeError / TypeError: a value type conflict or an unsupported value.
+        """
+        self._sender.write(self._sender.staged.series_chunks, channel, timestamps, values, tags)
 
     def enqueue_from_dict(
         self, timestamp: Any, channel_values: Mapping[str, Any], tags: Mapping[str, str] | None = None
@@ -899,30 +834,31 @@ class NominalStream(_WritesBase):
             SeriesTypeError / TypeError / ValueError: a value conflicts or is unsupported;
                 nothing from the record is buffered.
         """
-        self._write(self._sender.staged.add_record, timestamp, channel_values, tags)
+        self._sender.write(self._sender.staged.add_record, timestamp, channel_values, tags)
 
-    def _enqueue_float_array(
+    def enqueue_float_array(
         self, channel: str, timestamp: Any, values: Any, tags: Mapping[str, str] | None = None
     ) -> None:
-        """``enqueue_float_array`` in Python (the compiled one takes a list of floats of a known
-        untagged series itself, packed as ``float_row`` packs it)."""
-        row = _values.float_row(channel, values)
-        self._write(self._sender.staged.add_typed, channel, timestamp, ValueType.DOUBLE_ARRAY, row, tags)
+        """Write one double-array value (a 1-D sequence of numbers)."""
+        # A list of floats packed in C (_fastpath.c): float_row's checks cost more than the write.
+        row = _pack_doubles(values)
+        if row is None:
+            row = _values.float_row(channel, values)
+        self._sender.write(self._sender.staged.add_typed, channel, timestamp, ValueType.DOUBLE_ARRAY, row, tags)
 
-    def _enqueue_string_array(
+    def enqueue_string_array(
         self, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
     ) -> None:
-        """``enqueue_string_array`` in Python (the compiled one takes a list or tuple of ASCII
-        strs of a known untagged series itself, as ``string_row`` converts it)."""
+        """Write one string-array value."""
         row = _values.string_row(channel, values)
-        self._write(self._sender.staged.add_typed, channel, timestamp, ValueType.STRING_ARRAY, row, tags)
+        self._sender.write(self._sender.staged.add_typed, channel, timestamp, ValueType.STRING_ARRAY, row, tags)
 
     def enqueue_struct(
         self, channel: str, timestamp: Any, value: Mapping[str, Any], tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one struct value, stored as compact JSON text with sorted keys."""
         text = _values.struct_json(channel, value)
-        self._write(self._sender.staged.add_typed, channel, timestamp, ValueType.STRUCT, text, tags)
+        self._sender.write(self._sender.staged.add_typed, channel, timestamp, ValueType.STRUCT, text, tags)
 
     def enqueue_table(
         self, table: Any, timestamp_column: str = "timestamp", tags: Mapping[str, str] | None = None
@@ -945,10 +881,7 @@ class NominalStream(_WritesBase):
             SeriesTypeError / TypeError: a column conflicts with its series or has no Nominal type;
                 nothing from the table is buffered.
         """
-        self._write(self._sender.staged.table_chunks, table, timestamp_column, tags)
-
-    def _write(self, add: Callable[..., list[Chunk] | None], *args: Any) -> None:
-        self._sender.write(add, *args)
+        self._sender.write(self._sender.staged.table_chunks, table, timestamp_column, tags)
 
     # -- delivery and lifecycle ------------------------------------------------------------------
 

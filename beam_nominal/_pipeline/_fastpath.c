@@ -1,11 +1,8 @@
 /* PointBatch's compiled paths: its single points of double series as three C columns
- * (DoublePoints), WriteDoFn.process (FastProcess), NominalStream's enqueue, enqueue_float_array,
- * enqueue_string_array and enqueue_batch (FastWrites); and one for the wire: the HTTP row body's
- * join into a reused buffer (join_into).
+ * (DoublePoints) and WriteDoFn.process (FastProcess); and stateless kernels.
  *
- * Why C: Beam calls process once per element, and a stream's caller enqueue once per point; in
- * Python the call and a dozen bytecodes of the rule cost ~2,500 instructions a point, more than
- * nominal-streaming's whole sink; compiled (docs/benchmarks.md) they cost a few hundred.
+ * Why C: Beam calls process once per element; in Python the call and a dozen bytecodes of the
+ * rule cost more than nominal-streaming's whole sink (docs/benchmarks.md).
  *
  * The rule is PointBatch.add_fast's (beam_nominal/_pipeline/staging.py), read out of the element
  * shapes a plain point comes in: a (channel, int ns, float) tuple, a NamedTuple class of those
@@ -24,13 +21,13 @@
  * method of the DoFn. It holds only references to the instance's own objects, set by _bind_fast;
  * pickling goes through WriteDoFn's __reduce__ (configuration only).
  *
- * FastWrites is NominalStream's base class, bound to the stream's core by _bind_writes: its
- * enqueue, enqueue_float_array and enqueue_string_array take the common call (no tags, a str
- * channel, an int ns, and a float, a list of floats, or a list or tuple of ASCII strs, of a known
- * series) and its enqueue_batch 1-D int64 and float64 ndarrays of a known double series, under
- * the core's lock, as the Python methods _enqueue, _enqueue_float_array, _enqueue_string_array
- * and _enqueue_batch would, and hand every other call to them, its four arguments by position
- * (tests/unit/test_stream_writes.py holds the two to the same requests).
+ * The kernels: pack_doubles (a list of floats as packed doubles; its caller is
+ * NominalStream.enqueue_float_array), join_into (the HTTP row body into a reused buffer;
+ * scratch.py and values.py) and copy_column (a double column onto a series' open column;
+ * buffer.py). A kernel's contract: what it reads comes in as arguments (buffers, arrays, lists)
+ * and what it makes goes out as its result or into a buffer it was given; it reads or writes no
+ * Python object's attributes or __dict__ by name, calls no Python method, and keeps no state
+ * between calls. NominalStream's writes are otherwise Python (stream.py), one implementation.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -40,12 +37,6 @@
 /* Bytes of one WriteRequestNominal double point as join_into writes it (write_nominal.py's
  * _DOUBLE_STRIDE). */
 #define DOUBLE_POINT_BYTES 25
-
-/* The stream's budget estimates of a single point (sizes.POINT_BYTES) and of a string-array
- * item's framing (sizes.STRING_ITEM_BYTES): exported as module constants, which a test holds
- * equal to sizes.py's. */
-#define POINT_BYTES 24
-#define STRING_ITEM_BYTES 2
 
 /* DoublePoints: PointBatch's single points of double series, in arrival order, as three C
  * columns (series code, int ns, value). Where a flat list of Python objects held a point's int
@@ -251,7 +242,7 @@ typedef struct {
     int cached; /* channels in cache */
 } FastProcess;
 
-static PyObject *str_channel, *str_value, *str_fast, *str_flat, *str_doubles, *str_slow, *str_handover;
+static PyObject *str_channel, *str_value, *str_fast, *str_doubles, *str_slow, *str_handover;
 
 /* After a failed lookup: 1 if the error means "not a fast point" (cleared), 0 if it must
  * propagate, as the Python rule's `except (KeyError, TypeError, ValueError)`. */
@@ -681,590 +672,6 @@ static PyTypeObject FastProcessType = {
     .tp_methods = FastProcess_methods,
 };
 
-/* FastWrites: NominalStream's common calls, compiled. */
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *core;    /* the stream's _Core, for its settled() and submit() */
-    PyObject *state;   /* its __dict__: gate, first_buffered_at */
-    PyObject *batch;   /* the __dict__ of its PointBatch (core.staged) */
-    PyObject *acquire; /* core.lock's bound acquire and release */
-    PyObject *release;
-    /* The core's settle_singles, max_bytes and max_points: set once, when it is made. */
-    Py_ssize_t settle_singles, max_bytes, max_points;
-    PyTypeObject *ndarray; /* numpy.ndarray, for enqueue_batch's columns */
-} FastWrites;
-
-static PyObject *str_gate, *str_first_buffered_at, *str_nbytes, *str_counted, *str_fast_arrays, *str_fast_string_arrays,
-    *str_enqueue_string_array, *str_fast_columns, *str_put_double_column, *str_enqueue_batch, *str_settled, *str_submit, *str_enqueue, *str_enqueue_float_array;
-
-/* The four arguments of a write (channel, timestamp, value or values, tags=None), given by
- * position or keyword, into args4 (borrowed); 0, or -1 with a TypeError for a bad call, worded
- * as Python's own C functions word it. */
-static int
-write_args(const char *method, const char *const *names, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-           PyObject **args4)
-{
-    args4[0] = args4[1] = args4[2] = args4[3] = NULL;
-    if (nargs > 4) {
-        PyErr_Format(PyExc_TypeError, "%s() takes at most 4 arguments (%zd given)", method, nargs);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < nargs; i++) {
-        args4[i] = args[i];
-    }
-    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    for (Py_ssize_t k = 0; k < nkw; k++) {
-        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
-        int at = -1;
-        for (int i = 0; i < 4 && at < 0; i++) {
-            if (PyUnicode_CompareWithASCIIString(name, names[i]) == 0) {
-                at = i;
-            }
-        }
-        if (at < 0) {
-            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", method, name);
-            return -1;
-        }
-        if (args4[at] != NULL) {
-            PyErr_Format(PyExc_TypeError, "argument for %s() given by name ('%s') and position (%d)", method,
-                         names[at], at + 1);
-            return -1;
-        }
-        args4[at] = args[nargs + k];
-    }
-    for (int i = 0; i < 3; i++) {
-        if (args4[i] == NULL) {
-            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)", method, names[i], i + 1);
-            return -1;
-        }
-    }
-    if (args4[3] == NULL) {
-        args4[3] = Py_None;
-    }
-    return 0;
-}
-
-/* 1 if the channel is a str (exactly): a str subclass's __hash__ or __eq__ is Python code, which
- * the map lookup would run under the core's lock with no frame of the stream on the stack, so
- * that a Ctrl+C landing there looks like one in the caller's own code (interrupt.py): the
- * handler drains the stream at once, and the drain waits for the lock this thread holds, for
- * ever. The Python methods run that code in their own frame, where the handler defers. (Nor do
- * the maps hold a key whose __eq__ is Python code, which a lookup of a str would call:
- * PointBatch._register.) */
-static int
-plain_channel(PyObject *channel)
-{
-    return PyUnicode_CheckExact(channel);
-}
-
-/* 1 if the write is one the compiled methods take: no tags, a plain channel, and the timestamp
- * an int ns (-2**63 < ts <= 2**63 - 1, as add_fast; its value into *t). */
-static int
-common_write(PyObject *const *args4, long long *t)
-{
-    return args4[3] == Py_None && plain_channel(args4[0]) && int_ns(args4[1], t);
-}
-
-/* A compiled write's end: None if locked_write took the call (rc 1), NULL on its error (rc -1),
- * else the Python method's result for the call's four arguments. */
-static PyObject *
-taken_or_python(FastWrites *self, int rc, PyObject *method, PyObject *const *args4)
-{
-    if (rc < 0) {
-        return NULL;
-    }
-    if (rc > 0) {
-        Py_RETURN_NONE;
-    }
-    return PyObject_CallMethodObjArgs((PyObject *)self, method, args4[0], args4[1], args4[2], args4[3], NULL);
-}
-
-/* dict[key] as a Py_ssize_t; -1 with an error set where it is missing or not an int (or
- * negative, which none of these is). */
-static Py_ssize_t
-dict_size(PyObject *dict, PyObject *key)
-{
-    PyObject *v = PyDict_GetItemWithError(dict, key);
-    if (v == NULL) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetObject(PyExc_KeyError, key);
-        }
-        return -1;
-    }
-    return PyLong_AsSsize_t(v);
-}
-
-/* A column to put into the buffer, or a point to append to the batch (a float to its doubles,
- * an array to its flat list). */
-typedef struct {
-    PyObject *ts, *value; /* the point's int ns and converted value, or the column's two arrays */
-    Py_ssize_t nbytes;    /* added to batch.nbytes (a point's estimate; 0 for a float) */
-    int check_counted;    /* a point: also settle when batch.counted reaches max_points */
-    int column;           /* put ts and value as a column with core.put_double_column */
-    long long t;          /* a point's ns, as common_write read it */
-} Write;
-
-/* Under the core's lock, if the stream takes writes without waiting (gate off, a point already
- * buffered) and map_key's map knows the channel: append the point (code, ts, value) to the
- * batch (doubles or its flat list) and add its bytes, then settle and cut as the Python methods
- * do when the batch holds enough; or put the column into the buffer (the map gives its SeriesKey) with the
- * core's put_double_column. The cut requests are submitted once the lock is let go.
- * 1 done, 0 not taken (nothing changed: the Python method takes the call), -1 error. */
-static int
-locked_write(FastWrites *self, PyObject *map_key, PyObject *channel, const Write *w)
-{
-    /* Held for the call: the channel's hash or a clock may run Python code, which must not free
-     * what this reads (a stream is bound once, but the references cost nothing to hold). */
-    PyObject *core = Py_NewRef(self->core), *state = Py_NewRef(self->state), *batch = Py_NewRef(self->batch);
-    PyObject *release = Py_NewRef(self->release), *map = NULL, *found = NULL, *flat = NULL, *doubles = NULL,
-             *requests = NULL;
-    int rc = 0;
-    PyObject *held = PyObject_CallNoArgs(self->acquire);
-    if (held == NULL) {
-        Py_DECREF(core);
-        Py_DECREF(state);
-        Py_DECREF(batch);
-        Py_DECREF(release);
-        return -1;
-    }
-    Py_DECREF(held);
-
-    PyObject *gate = PyDict_GetItemWithError(state, str_gate);
-    PyObject *first = gate == NULL ? NULL : PyDict_GetItemWithError(state, str_first_buffered_at);
-    if (first == NULL) {
-        rc = PyErr_Occurred() ? -1 : 0;
-        goto unlock;
-    }
-    if (gate != Py_False || first == Py_None) {
-        goto unlock; /* closed, full, interrupted, or the first point since a cut: the Python path */
-    }
-    map = PyDict_GetItemWithError(batch, map_key);
-    if (map == NULL || !PyDict_CheckExact(map)) {
-        rc = PyErr_Occurred() ? -1 : 0;
-        map = NULL;
-        goto unlock;
-    }
-    Py_INCREF(map);
-    found = PyDict_GetItemWithError(map, channel); /* hashing may run Python code */
-    if (found == NULL) {
-        rc = PyErr_Occurred() ? (not_this_shape() ? 0 : -1) : 0;
-        goto unlock;
-    }
-    Py_INCREF(found);
-    if (w->column) {
-        PyObject *args[] = {core, found, w->ts, w->value};
-        requests = PyObject_VectorcallMethod(str_put_double_column, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        rc = requests == NULL ? -1 : requests == Py_None ? 0 : 1;
-        goto unlock;
-    }
-    /* A float of a double series to the batch's doubles, as PointBatch.add_fast appends it; an
-     * array to its flat list. Each is bounded by itself (PointBatch.singles_due), so only the
-     * one appended to is read. */
-    Py_ssize_t singles = 0;
-    if (map_key == str_fast) {
-        doubles = PyDict_GetItemWithError(batch, str_doubles);
-        if (doubles == NULL || !PyObject_TypeCheck(doubles, &DoublePointsType)) {
-            rc = PyErr_Occurred() ? -1 : 0;
-            doubles = NULL;
-            goto unlock;
-        }
-        Py_INCREF(doubles);
-        long long code = PyLong_AsLongLong(found);
-        if (code == -1 && PyErr_Occurred()) {
-            rc = -1;
-            goto unlock;
-        }
-        if (dp_put((DoublePoints *)doubles, code, w->t, PyFloat_AS_DOUBLE(w->value)) < 0) {
-            rc = -1;
-            goto unlock;
-        }
-        singles = ((DoublePoints *)doubles)->n;
-    }
-    else {
-        flat = PyDict_GetItemWithError(batch, str_flat);
-        if (flat == NULL || !PyList_CheckExact(flat)) {
-            rc = PyErr_Occurred() ? -1 : 0;
-            flat = NULL;
-            goto unlock;
-        }
-        Py_INCREF(flat);
-        if (PyList_Append(flat, found) < 0 || PyList_Append(flat, w->ts) < 0 || PyList_Append(flat, w->value) < 0) {
-            /* Only out of memory. The Python methods append all three with one extend. */
-            Py_ssize_t len = PyList_GET_SIZE(flat);
-            PyList_SetSlice(flat, len - len % 3, len, NULL);
-            rc = -1;
-            goto unlock;
-        }
-        singles = PyList_GET_SIZE(flat) / 3;
-    }
-    rc = 1;
-    Py_ssize_t total = dict_size(batch, str_nbytes);
-    if (total >= 0 && w->nbytes) {
-        total += w->nbytes;
-        PyObject *sum = PyLong_FromSsize_t(total);
-        if (sum == NULL || PyDict_SetItem(batch, str_nbytes, sum) < 0) {
-            total = -1;
-        }
-        Py_XDECREF(sum);
-    }
-    if (total < 0) {
-        rc = -1;
-        goto unlock;
-    }
-    int due = singles >= self->settle_singles || total >= self->max_bytes;
-    if (!due && w->check_counted) {
-        Py_ssize_t counted = dict_size(batch, str_counted);
-        if (counted < 0) {
-            rc = -1;
-            goto unlock;
-        }
-        due = counted >= self->max_points;
-    }
-    if (due && (requests = PyObject_CallMethodNoArgs(core, str_settled)) == NULL) {
-        rc = -1;
-    }
-unlock:;
-    /* The error being raised is set aside while the lock is let go (a call with an error set
-     * is a SystemError), then raised. */
-    PyObject *type, *error, *traceback;
-    PyErr_Fetch(&type, &error, &traceback);
-    held = PyObject_CallNoArgs(release);
-    if (held == NULL) {
-        /* Releasing a lock this thread holds cannot fail; if it did, its error wins. */
-        Py_XDECREF(type);
-        Py_XDECREF(error);
-        Py_XDECREF(traceback);
-        rc = -1;
-    }
-    else {
-        PyErr_Restore(type, error, traceback);
-    }
-    Py_XDECREF(held);
-    if (rc == 1 && requests != NULL && PyList_Check(requests) && PyList_GET_SIZE(requests) > 0) {
-        /* Outside the lock, as in the Python methods: the uploader may report an outcome at once. */
-        PyObject *done = PyObject_CallMethodOneArg(core, str_submit, requests);
-        if (done == NULL) {
-            rc = -1;
-        }
-        Py_XDECREF(done);
-    }
-    Py_XDECREF(requests);
-    Py_XDECREF(doubles);
-    Py_XDECREF(flat);
-    Py_XDECREF(found);
-    Py_XDECREF(map);
-    Py_DECREF(release);
-    Py_DECREF(batch);
-    Py_DECREF(state);
-    Py_DECREF(core);
-    return rc;
-}
-
-static const char *const enqueue_names[] = {"channel", "timestamp", "value", "tags"};
-static const char *const float_array_names[] = {"channel", "timestamp", "values", "tags"};
-
-static PyObject *
-FastWrites_enqueue(FastWrites *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    PyObject *a[4];
-    if (write_args("enqueue", enqueue_names, args, nargs, kwnames, a) < 0) {
-        return NULL;
-    }
-    int rc = 0;
-    long long t;
-    if (self->core != NULL && common_write(a, &t) && PyFloat_CheckExact(a[2])) {
-        Write w = {a[1], a[2], 0, 0, 0, t};
-        rc = locked_write(self, str_fast, a[0], &w);
-    }
-    return taken_or_python(self, rc, str_enqueue, a);
-}
-
-/* values.float_row of a list of floats: its doubles packed in native order, as bytes; NULL with
- * no error set if the list holds anything but floats (float_row takes it, or refuses it). */
-static PyObject *
-packed_floats(PyObject *list)
-{
-    Py_ssize_t n = PyList_GET_SIZE(list);
-    PyObject *packed = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
-    if (packed == NULL) {
-        return NULL;
-    }
-    double *out = (double *)PyBytes_AS_STRING(packed);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *v = PyList_GET_ITEM(list, i);
-        if (!PyFloat_CheckExact(v)) {
-            Py_DECREF(packed);
-            return NULL;
-        }
-        out[i] = PyFloat_AS_DOUBLE(v);
-    }
-    return packed;
-}
-
-static PyObject *
-FastWrites_enqueue_float_array(FastWrites *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    PyObject *a[4];
-    if (write_args("enqueue_float_array", float_array_names, args, nargs, kwnames, a) < 0) {
-        return NULL;
-    }
-    int rc = 0;
-    long long t;
-    if (self->core != NULL && common_write(a, &t) && PyList_CheckExact(a[2])) {
-        /* Packed before the lock is taken, as float_row converts before the Python method's. */
-        PyObject *row = packed_floats(a[2]);
-        if (row == NULL && PyErr_Occurred()) {
-            return NULL;
-        }
-        if (row != NULL) {
-            /* _append's estimate of a packed row: staging._point_bytes. */
-            Write w = {a[1], row, POINT_BYTES + PyBytes_GET_SIZE(row), 1, 0, t};
-            rc = locked_write(self, str_fast_arrays, a[0], &w);
-            Py_DECREF(row);
-        }
-    }
-    return taken_or_python(self, rc, str_enqueue_float_array, a);
-}
-
-/* values.string_row of a list or tuple of ASCII strs (the tuple itself, or the list's items as
- * one), with the UTF-8 bytes of its strings in *text; NULL with no error set for anything else
- * (string_row takes it, checks its text, or refuses it). */
-static PyObject *
-ascii_row(PyObject *seq, Py_ssize_t *text)
-{
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    *text = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!PyUnicode_CheckExact(items[i]) || !PyUnicode_IS_ASCII(items[i])) {
-            return NULL;
-        }
-        *text += PyUnicode_GET_LENGTH(items[i]);
-    }
-    return PyTuple_CheckExact(seq) ? Py_NewRef(seq) : PyList_AsTuple(seq);
-}
-
-static PyObject *
-FastWrites_enqueue_string_array(FastWrites *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    PyObject *a[4];
-    if (write_args("enqueue_string_array", float_array_names, args, nargs, kwnames, a) < 0) {
-        return NULL;
-    }
-    int rc = 0;
-    long long t;
-    if (self->core != NULL && common_write(a, &t) && (PyList_CheckExact(a[2]) || PyTuple_CheckExact(a[2]))) {
-        Py_ssize_t text = 0;
-        PyObject *row = ascii_row(a[2], &text);
-        if (row == NULL && PyErr_Occurred()) {
-            return NULL;
-        }
-        if (row != NULL) {
-            /* _append's estimate of a string-array row: staging._point_bytes. */
-            Write w = {a[1], row, POINT_BYTES + text + STRING_ITEM_BYTES * PyTuple_GET_SIZE(row), 1, 0, t};
-            rc = locked_write(self, str_fast_string_arrays, a[0], &w);
-            Py_DECREF(row);
-        }
-    }
-    return taken_or_python(self, rc, str_enqueue_string_array, a);
-}
-
-static const char *const batch_names[] = {"channel", "timestamps", "values", "tags"};
-
-/* The length of obj if it is an ndarray (exactly) of one dimension holding int64 (doubles: float64)
- * in native order, read through the buffer protocol; -1, no error set, for anything else. */
-static Py_ssize_t
-column_length(FastWrites *self, PyObject *obj, int doubles)
-{
-    if (Py_TYPE(obj) != self->ndarray) {
-        return -1;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
-        PyErr_Clear(); /* datetime64 and other dtypes without a buffer format: the Python path */
-        return -1;
-    }
-    const char *f = view.format;
-    int ok = view.ndim == 1 && view.itemsize == 8 && f != NULL &&
-             (doubles ? strcmp(f, "d") == 0 : (strcmp(f, "l") == 0 || strcmp(f, "q") == 0));
-    Py_ssize_t n = ok ? view.shape[0] : -1;
-    PyBuffer_Release(&view);
-    return n;
-}
-
-static PyObject *
-FastWrites_enqueue_batch(FastWrites *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    PyObject *a[4];
-    if (write_args("enqueue_batch", batch_names, args, nargs, kwnames, a) < 0) {
-        return NULL;
-    }
-    Py_ssize_t n = 0;
-    int rc = 0;
-    if (self->core != NULL && a[3] == Py_None && plain_channel(a[0]) &&
-        (n = column_length(self, a[1], 0)) > 0 && column_length(self, a[2], 1) == n) {
-        /* put_double_column copies the arrays into the series' column (copy_column) and checks
-         * the copy; it returns None, and nothing changed, if a timestamp is -2**63. */
-        Write w = {a[1], a[2], 0, 0, 1, 0};
-        rc = locked_write(self, str_fast_columns, a[0], &w);
-    }
-    return taken_or_python(self, rc, str_enqueue_batch, a);
-}
-
-/* obj.name as a Py_ssize_t; -1 with an error set if it is not a non-negative int. */
-static Py_ssize_t
-attr_size(PyObject *obj, const char *name)
-{
-    PyObject *v = PyObject_GetAttrString(obj, name);
-    if (v == NULL) {
-        return -1;
-    }
-    Py_ssize_t n = PyLong_AsSsize_t(v);
-    Py_DECREF(v);
-    if (n < 0 && !PyErr_Occurred()) {
-        PyErr_Format(PyExc_ValueError, "%s must not be negative", name);
-    }
-    return n;
-}
-
-static PyObject *
-FastWrites_bind_writes(FastWrites *self, PyObject *core)
-{
-    PyObject *state = NULL, *staged = NULL, *batch = NULL, *lock = NULL, *acquire = NULL, *release = NULL;
-    state = PyObject_GenericGetDict(core, NULL);
-    staged = state == NULL ? NULL : PyObject_GetAttrString(core, "staged");
-    batch = staged == NULL ? NULL : PyObject_GenericGetDict(staged, NULL);
-    lock = batch == NULL ? NULL : PyObject_GetAttrString(core, "lock");
-    acquire = lock == NULL ? NULL : PyObject_GetAttrString(lock, "acquire");
-    release = acquire == NULL ? NULL : PyObject_GetAttrString(lock, "release");
-    Py_XDECREF(staged);
-    Py_XDECREF(lock);
-    Py_ssize_t settle_singles = -1, max_bytes = -1, max_points = -1;
-    PyObject *ndarray = NULL;
-    if (release != NULL) {
-        PyObject *numpy = PyImport_ImportModule("numpy");
-        ndarray = numpy == NULL ? NULL : PyObject_GetAttrString(numpy, "ndarray");
-        Py_XDECREF(numpy);
-        if (ndarray != NULL && !PyType_Check(ndarray)) {
-            PyErr_SetString(PyExc_TypeError, "numpy.ndarray is not a type");
-            Py_CLEAR(ndarray);
-        }
-        if (ndarray == NULL) {
-            Py_CLEAR(release);
-        }
-    }
-    if (release != NULL && ((settle_singles = attr_size(core, "settle_singles")) < 0 ||
-                            (max_bytes = attr_size(core, "max_bytes")) < 0 ||
-                            (max_points = attr_size(core, "max_points")) < 0)) {
-        Py_CLEAR(release);
-    }
-    if (release == NULL) {
-        Py_XDECREF(state);
-        Py_XDECREF(batch);
-        Py_XDECREF(acquire);
-        Py_XDECREF(ndarray);
-        return NULL;
-    }
-    Py_XSETREF(self->core, Py_NewRef(core));
-    Py_XSETREF(self->state, state);
-    Py_XSETREF(self->batch, batch);
-    Py_XSETREF(self->acquire, acquire);
-    Py_XSETREF(self->release, release);
-    Py_XSETREF(self->ndarray, (PyTypeObject *)ndarray);
-    self->settle_singles = settle_singles;
-    self->max_bytes = max_bytes;
-    self->max_points = max_points;
-    Py_RETURN_NONE;
-}
-
-static int
-FastWrites_traverse(FastWrites *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->core);
-    Py_VISIT(self->state);
-    Py_VISIT(self->batch);
-    Py_VISIT(self->acquire);
-    Py_VISIT(self->release);
-    Py_VISIT(self->ndarray);
-    return 0;
-}
-
-static int
-FastWrites_clear(FastWrites *self)
-{
-    Py_CLEAR(self->core);
-    Py_CLEAR(self->state);
-    Py_CLEAR(self->batch);
-    Py_CLEAR(self->acquire);
-    Py_CLEAR(self->release);
-    Py_CLEAR(self->ndarray);
-    return 0;
-}
-
-static void
-FastWrites_dealloc(FastWrites *self)
-{
-    PyObject_GC_UnTrack(self);
-    FastWrites_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyMethodDef FastWrites_methods[] = {
-    {"enqueue", (PyCFunction)(void (*)(void))FastWrites_enqueue, METH_FASTCALL | METH_KEYWORDS,
-     "enqueue($self, channel, timestamp, value, tags=None)\n--\n\n"
-     "Write one point.\n\n"
-     "Args:\n"
-     "    channel: channel name.\n"
-     "    timestamp: int ns, aware datetime, ISO-8601 string, datetime64, pandas/Beam Timestamp.\n"
-     "    value: float, int, bool, str, numpy scalar, a mapping (stored as a JSON struct), or a\n"
-     "        sequence of numbers or of strings (a double or string array).\n"
-     "    tags: optional str -> str tags; None and {} are the same series.\n\n"
-     "Raises:\n"
-     "    SeriesTypeError: the value's type differs from the series' pinned type.\n"
-     "    ValueError / TypeError: a bad channel, tags, timestamp or value (``ElementError``\n"
-     "        names the field).\n"
-     "    StreamClosedError: the stream is not open.\n"
-     "    BackpressureError: the buffer is full and ``block_on_full`` is off."},
-    {"enqueue_float_array", (PyCFunction)(void (*)(void))FastWrites_enqueue_float_array,
-     METH_FASTCALL | METH_KEYWORDS,
-     "enqueue_float_array($self, channel, timestamp, values, tags=None)\n--\n\n"
-     "Write one double-array value (a 1-D sequence of numbers)."},
-    {"enqueue_string_array", (PyCFunction)(void (*)(void))FastWrites_enqueue_string_array,
-     METH_FASTCALL | METH_KEYWORDS,
-     "enqueue_string_array($self, channel, timestamp, values, tags=None)\n--\n\n"
-     "Write one string-array value."},
-    {"enqueue_batch", (PyCFunction)(void (*)(void))FastWrites_enqueue_batch, METH_FASTCALL | METH_KEYWORDS,
-     "enqueue_batch($self, channel, timestamps, values, tags=None)\n--\n\n"
-     "Write many points of one series.\n\n"
-     "Args:\n"
-     "    channel: channel name.\n"
-     "    timestamps: int64 ns / datetime64 array, or a sequence of any accepted timestamp.\n"
-     "    values: a 1-D numpy array or sequence of one type; a 2-D float array (or a sequence of\n"
-     "        float sequences) is a double-array series, one row per timestamp; a sequence of\n"
-     "        str sequences is a string-array series; a sequence of mappings is a struct series.\n"
-     "    tags: optional tags.\n\n"
-     "Raises:\n"
-     "    ValueError: lengths differ, or a bad channel/timestamp.\n"
-     "    SeriesTypeError / TypeError: a value type conflict or an unsupported value."},
-    {"_bind_writes", (PyCFunction)FastWrites_bind_writes, METH_O,
-     "_bind_writes($self, core, /)\n--\n\nSet the stream core the compiled writes go to."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyTypeObject FastWritesType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "beam_nominal._pipeline._fastpath.FastWrites",
-    .tp_doc = "Base of NominalStream: its enqueue, enqueue_float_array, enqueue_string_array and enqueue_batch, compiled (see the module's source).",
-    .tp_basicsize = sizeof(FastWrites),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_new = PyType_GenericNew,
-    .tp_dealloc = (destructor)FastWrites_dealloc,
-    .tp_traverse = (traverseproc)FastWrites_traverse,
-    .tp_clear = (inquiry)FastWrites_clear,
-    .tp_methods = FastWrites_methods,
-};
-
 /* One part of join_into: a buffer's bytes, or the double points of an (ns, values) pair. */
 typedef struct {
     Py_buffer bytes;  /* the buffer, or the int64 ns */
@@ -1498,9 +905,38 @@ done:
     return result;
 }
 
+/* pack_doubles(values): values.float_row of a list (exactly) of floats (exactly), its doubles
+ * packed in native order as bytes; None for anything else, which float_row then takes (or
+ * refuses). Its one caller is NominalStream.enqueue_float_array, where float_row's checks cost
+ * more than the rest of the call. */
+static PyObject *
+pack_doubles(PyObject *module, PyObject *list)
+{
+    if (!PyList_CheckExact(list)) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
+    if (packed == NULL) {
+        return NULL;
+    }
+    double *out = (double *)PyBytes_AS_STRING(packed);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyList_GET_ITEM(list, i);
+        if (!PyFloat_CheckExact(v)) {
+            Py_DECREF(packed);
+            Py_RETURN_NONE;
+        }
+        out[i] = PyFloat_AS_DOUBLE(v);
+    }
+    return packed;
+}
+
 static PyMethodDef module_methods[] = {
     {"copy_column", (PyCFunction)(void (*)(void))copy_column, METH_FASTCALL,
      "copy_column(ts_out, values_out, at, ts, values, /)\n--\n\nts and values copied into ts_out and values_out at index at; False if a timestamp is -2**63."},
+    {"pack_doubles", (PyCFunction)pack_doubles, METH_O,
+     "pack_doubles(values, /)\n--\n\nA list of floats packed as native doubles (bytes); None for anything else."},
     {"join_into", (PyCFunction)(void (*)(void))join_into, METH_FASTCALL,
      "join_into(parts, out, /)\n--\n\nb''.join(parts) written into the writable buffer out, (ns, values) parts as double points; returns its length."},
     {NULL, NULL, 0, NULL},
@@ -1509,7 +945,7 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef fastpath_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "beam_nominal._pipeline._fastpath",
-    .m_doc = "PointBatch's compiled paths: WriteDoFn.process, NominalStream's common writes and the batch's DoublePoints; and join_into, for the HTTP row body (optional: beam_nominal runs without them).",
+    .m_doc = "PointBatch's compiled paths: WriteDoFn.process and the batch's DoublePoints; and the kernels pack_doubles, join_into and copy_column (optional: beam_nominal runs without them).",
     .m_size = -1,
     .m_methods = module_methods,
 };
@@ -1517,7 +953,7 @@ static struct PyModuleDef fastpath_module = {
 PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
-    if (PyType_Ready(&DoublePointsType) < 0 || PyType_Ready(&FastProcessType) < 0 || PyType_Ready(&FastWritesType) < 0) {
+    if (PyType_Ready(&DoublePointsType) < 0 || PyType_Ready(&FastProcessType) < 0) {
         return NULL;
     }
 #define INTERN(var, text)                                                                                  \
@@ -1527,34 +963,16 @@ PyInit__fastpath(void)
     INTERN(str_channel, "channel");
     INTERN(str_value, "value");
     INTERN(str_fast, "fast");
-    INTERN(str_flat, "flat");
     INTERN(str_doubles, "doubles");
     INTERN(str_slow, "_slow");
     INTERN(str_handover, "_handover");
-    INTERN(str_gate, "gate");
-    INTERN(str_first_buffered_at, "first_buffered_at");
-    INTERN(str_nbytes, "nbytes");
-    INTERN(str_counted, "counted");
-    INTERN(str_fast_arrays, "fast_arrays");
-    INTERN(str_fast_string_arrays, "fast_string_arrays");
-    INTERN(str_fast_columns, "fast_columns");
-    INTERN(str_put_double_column, "put_double_column");
-    INTERN(str_enqueue_batch, "_enqueue_batch");
-    INTERN(str_enqueue_string_array, "_enqueue_string_array");
-    INTERN(str_settled, "settled");
-    INTERN(str_submit, "submit");
-    INTERN(str_enqueue, "_enqueue");
-    INTERN(str_enqueue_float_array, "_enqueue_float_array");
 #undef INTERN
     PyObject *m = PyModule_Create(&fastpath_module);
     if (m == NULL) {
         return NULL;
     }
     if (PyModule_AddObjectRef(m, "DoublePoints", (PyObject *)&DoublePointsType) < 0 ||
-        PyModule_AddObjectRef(m, "FastProcess", (PyObject *)&FastProcessType) < 0 ||
-        PyModule_AddObjectRef(m, "FastWrites", (PyObject *)&FastWritesType) < 0 ||
-        PyModule_AddIntConstant(m, "POINT_BYTES", POINT_BYTES) < 0 ||
-        PyModule_AddIntConstant(m, "STRING_ITEM_BYTES", STRING_ITEM_BYTES) < 0) {
+        PyModule_AddObjectRef(m, "FastProcess", (PyObject *)&FastProcessType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

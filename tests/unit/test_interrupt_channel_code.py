@@ -1,7 +1,7 @@
-"""The compiled NominalStream writes (``_fastpath.c``'s ``FastWrites``) and Ctrl+C: no Python
-code of the caller's may run under the stream's lock without a frame of the stream's on the
-stack, or the SIGINT handler (``_pipeline/interrupt.py``) takes a Ctrl+C landing there for one
-in the caller's own code and drains the stream at once, waiting for the lock the caller holds.
+"""NominalStream's writes and Ctrl+C: no Python code of the caller's may run under the stream's
+lock without a frame of the stream's on the stack, or the SIGINT handler
+(``_pipeline/interrupt.py``) takes a Ctrl+C landing there for one in the caller's own code and
+drains the stream at once, waiting for the lock the caller holds.
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ import importlib
 from beam_nominal._pipeline import buffer, staging, values
 from beam_nominal._wire import scratch
 from beam_nominal.beam._dofn import WriteDoFn, _PythonProcess
-from beam_nominal.stream import NominalStream, _PythonWrites
 try:
     importlib.import_module("beam_nominal._pipeline._fastpath")
 except ImportError:
@@ -26,7 +25,6 @@ else:
 print(
     compiled_importable,
     WriteDoFn.process is _PythonProcess.process,
-    NominalStream.enqueue is _PythonWrites.enqueue and NominalStream.enqueue_batch is _PythonWrites.enqueue_batch,
     staging.DoublePoints is staging._DoublePoints,
     buffer.copy_column is None and values.join_into is None and scratch.join_into is None,
 )
@@ -40,17 +38,17 @@ def _run(pure: bool) -> str:
     cwd = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     done = subprocess.run([sys.executable, "-c", _CHECK], env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    return " ".join(done.stdout.split()[-5:])
+    return " ".join(done.stdout.split()[-4:])
 
 
 def test_the_pure_switch_takes_every_compiled_path_away() -> None:
-    assert _run(pure=True) == "False True True True True"
+    assert _run(pure=True) == "False True True True"
 
 
 def test_without_the_switch_the_compiled_paths_are_used() -> None:
     # The same check answers the other way on the compiled build (make and CI build it with
     # BEAM_NOMINAL_COMPILE=1): so it can tell the two apart.
-    assert _run(pure=False) == "True False False False False"
+    assert _run(pure=False) == "True False False False"
 
 
 def test_this_run_is_as_the_switch_says() -> None:

@@ -1,19 +1,10 @@
-"""The byte estimates of ``_pipeline/sizes.py`` are the ones every writer uses, the compiled
-writes included."""
+"""The byte estimates of ``_pipeline/sizes.py`` are the ones every writer uses."""
 
 from __future__ import annotations
-
-import pytest
 
 from beam_nominal._pipeline import sizes
 from beam_nominal._pipeline.staging import PointBatch
 from beam_nominal.model import SeriesKey
-
-
-def test_the_compiled_writes_use_the_size_rules_of_sizes_py() -> None:
-    fastpath = pytest.importorskip("beam_nominal._pipeline._fastpath")
-    assert fastpath.POINT_BYTES == sizes.POINT_BYTES
-    assert fastpath.STRING_ITEM_BYTES == sizes.STRING_ITEM_BYTES
 
 
 def test_staged_points_are_estimated_by_the_size_rules() -> None:
