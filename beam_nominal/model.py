@@ -460,7 +460,7 @@ def timestamps_ns(values: Any, timezone: str | None = None) -> npt.NDArray[np.in
     for i, v in enumerate(values):
         try:
             out[i] = timestamp_ns(v, timezone)
-        except (TypeError, ValueError) as exc:
+        except (InvalidTypeError, InvalidValueError) as exc:
             raise type(exc)(f"timestamps[{i}]: {exc}") from None
     return out
 

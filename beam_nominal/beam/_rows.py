@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from beam_nominal._pipeline.staging import PointBatch
-from beam_nominal.errors import ElementError, InvalidTypeError, InvalidValueError
+from beam_nominal.errors import ElementError, InputError, InvalidTypeError, InvalidValueError
 from beam_nominal.model import is_missing
 
 __all__ = [
@@ -333,7 +333,7 @@ def record(m: Mapping[str, Any], lay: RowLayout) -> tuple[Any, dict[str, Any], d
         if convert is not None and not is_missing(value):
             try:
                 value = convert(value)
-            except (TypeError, ValueError) as exc:
+            except InputError as exc:
                 raise ElementError(name, f"field {name!r}: {exc}") from None
         values[channel] = value
     tags: dict[str, str] | None = None
