@@ -499,7 +499,7 @@ def arrow_column(name: str, col: Any, pinned: ValueType | None) -> tuple[ValueTy
         out = col.to_pylist()
         return check_pin(name, pinned, ValueType.STRING), out, value_bytes(ValueType.STRING, out)
     if kind == "string_list":
-        rows = col.to_pylist()
+        rows = [string_row(name, r) for r in col.to_pylist()]  # refuses a null item, naming it
         return check_pin(name, pinned, ValueType.STRING_ARRAY), rows, value_bytes(ValueType.STRING_ARRAY, rows)
     if kind == "number_list":
         frows = [np.asarray(r.values.to_numpy(zero_copy_only=False), dtype=np.float64) for r in col]

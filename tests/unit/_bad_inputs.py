@@ -493,6 +493,13 @@ def _cases() -> list[Case]:
         "SeriesTypeError",
         "values[1]",
     )
+    bad(
+        "table-string-list-null-item",
+        "Arrow table with a null inside a string-list value",
+        pa.Table.from_arrays([pa.array([B]), pa.array([["a", None]])], names=["timestamp", "c107"]),
+        "InvalidTypeError",
+        "string array element None is not a str",
+    )
     return out
 
 
