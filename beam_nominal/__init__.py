@@ -22,11 +22,14 @@ _EXPORTS: dict[str, str] = {
     "BeamNominalError": "beam_nominal.errors",
     "DeliveryError": "beam_nominal.errors",
     "DeliveryReport": "beam_nominal.stream",
-    "ElementError": "beam_nominal._pipeline.staging",
+    "ElementError": "beam_nominal.errors",
     "FailedElement": "beam_nominal.beam",
     "FallbackTarget": "beam_nominal.targets.compose",
     "GrpcTarget": "beam_nominal.targets.grpc",
     "HttpTarget": "beam_nominal.targets.http",
+    "InputError": "beam_nominal.errors",
+    "InvalidTypeError": "beam_nominal.errors",
+    "InvalidValueError": "beam_nominal.errors",
     "LocalServer": "beam_nominal.server",
     "LocalStore": "beam_nominal.server",
     "NominalStream": "beam_nominal.stream",
@@ -50,13 +53,16 @@ __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:
     # `X as X` marks the re-exports for linters (the names are loaded lazily below).
-    from beam_nominal._pipeline.staging import ElementError as ElementError
     from beam_nominal.beam import FailedElement as FailedElement
     from beam_nominal.beam import WriteToNominal as WriteToNominal
     from beam_nominal.beam import WriteToNominalResult as WriteToNominalResult
     from beam_nominal.errors import BackpressureError as BackpressureError
     from beam_nominal.errors import BeamNominalError as BeamNominalError
     from beam_nominal.errors import DeliveryError as DeliveryError
+    from beam_nominal.errors import ElementError as ElementError
+    from beam_nominal.errors import InputError as InputError
+    from beam_nominal.errors import InvalidTypeError as InvalidTypeError
+    from beam_nominal.errors import InvalidValueError as InvalidValueError
     from beam_nominal.errors import SeriesTypeError as SeriesTypeError
     from beam_nominal.errors import StreamClosedError as StreamClosedError
     from beam_nominal.errors import TargetError as TargetError

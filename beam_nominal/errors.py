@@ -5,9 +5,19 @@
     BeamNominalError
     ├── TargetError            one send failed; ``retryable`` says whether trying again may help
     ├── DeliveryError          flush/close: some points were not acknowledged (counts per series)
-    └── BackpressureError      enqueue would exceed the buffer budget and blocking is off
-    SeriesTypeError(BeamNominalError, TypeError)   a value conflicts with its series' pinned type
-    StreamClosedError(BeamNominalError, RuntimeError)   a write to a closed stream
+    ├── BackpressureError      enqueue would exceed the buffer budget and blocking is off
+    ├── StreamClosedError(RuntimeError)   a write to a closed stream
+    └── InputError             a user's value or element that cannot be written as it is
+        ├── InvalidValueError(ValueError)   a value out of range or malformed
+        │   └── ElementError                an element that cannot be read; ``field`` names the part
+        └── InvalidTypeError(TypeError)     a value of a type that has no Nominal type
+            └── SeriesTypeError             a value conflicts with its series' pinned type
+
+The classes under ``InputError`` are also a ``ValueError`` or a ``TypeError``, as the checks
+that raise them always were, so ``except ValueError``/``except TypeError`` still catch them.
+``WriteToNominal`` turns an ``InputError`` (and only that) raised while reading and staging an
+element into a ``FailedElement``; any other exception there is a fault of the package and fails
+the bundle, which the runner retries.
 """
 
 from __future__ import annotations
@@ -89,7 +99,29 @@ class BackpressureError(BeamNominalError):
     """Raised by enqueue when the buffer is full and the stream is set not to block."""
 
 
-class SeriesTypeError(BeamNominalError, TypeError):
+class InputError(BeamNominalError):
+    """A user's value or element that cannot be written as it is: raised on purpose by a check,
+    never by a fault of the package."""
+
+
+class InvalidValueError(InputError, ValueError):
+    """A value out of range or malformed: a timestamp beyond int64 ns, an empty channel, text
+    that is not valid Unicode, a float with no exact form in its series' type ..."""
+
+
+class ElementError(InvalidValueError):
+    """An element that cannot be read as telemetry; ``field`` names the offending part."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class InvalidTypeError(InputError, TypeError):
+    """A value of a type that has no Nominal type (a Decimal, a set, an int beyond uint64 ...)."""
+
+
+class SeriesTypeError(InvalidTypeError):
     """A value whose type differs from the type its series is pinned to."""
 
 

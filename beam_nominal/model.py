@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from beam_nominal.errors import InvalidTypeError, InvalidValueError
+
 __all__ = [
     "MAX_NAME_CHARS",
     "SeriesKey",
@@ -83,12 +85,12 @@ class ValueType(str, enum.Enum):
                 return cls.INT64
             if 0 <= value <= _UINT64_MAX:
                 return cls.UINT64
-            raise TypeError(f"integer {value} is outside both int64 and uint64")
+            raise InvalidTypeError(f"integer {value} is outside both int64 and uint64")
         if isinstance(value, str):
             return cls.STRING
         if isinstance(value, Mapping):
             return cls.STRUCT
-        raise TypeError(f"unsupported value type {type(value).__name__}: {value!r:.80}")
+        raise InvalidTypeError(f"unsupported value type {type(value).__name__}: {value!r:.80}")
 
     @classmethod
     def of_dtype(cls, dtype: np.dtype[Any]) -> ValueType:
@@ -104,7 +106,7 @@ class ValueType(str, enum.Enum):
             return cls.UINT64 if dtype.itemsize == 8 else cls.INT64
         if kind in "UST":
             return cls.STRING
-        raise TypeError(f"unsupported numpy dtype {dtype}")
+        raise InvalidTypeError(f"unsupported numpy dtype {dtype}")
 
 
 _NUMPY_DTYPES: dict[ValueType, np.dtype[Any]] = {
@@ -128,16 +130,16 @@ class SeriesKey(NamedTuple):
             ValueError: an empty or over-long channel, or a tag that is not str -> str.
         """
         if not isinstance(channel, str) or not channel:
-            raise ValueError(f"channel must be a non-empty string, got {channel!r:.80}")
+            raise InvalidValueError(f"channel must be a non-empty string, got {channel!r:.80}")
         if len(channel) > MAX_NAME_CHARS:
-            raise ValueError(f"channel {channel[:40]!r}... is {len(channel)} characters, over {MAX_NAME_CHARS}")
+            raise InvalidValueError(f"channel {channel[:40]!r}... is {len(channel)} characters, over {MAX_NAME_CHARS}")
         if not tags:
             return cls(channel, ())
         for k, v in tags.items():
             if not isinstance(k, str) or not isinstance(v, str):
-                raise ValueError(f"tags of channel {channel!r} must map str to str, got {k!r}: {v!r:.80}")
+                raise InvalidValueError(f"tags of channel {channel!r} must map str to str, got {k!r}: {v!r:.80}")
             if len(k) > MAX_NAME_CHARS or len(v) > MAX_NAME_CHARS:
-                raise ValueError(
+                raise InvalidValueError(
                     f"tag {k[:40]!r}: {v[:40]!r} of channel {channel!r:.80} is over {MAX_NAME_CHARS} characters"
                 )
         return cls(channel, tuple(sorted(tags.items())))
@@ -183,9 +185,9 @@ _NAIVE_FIXES = {
 }
 
 
-def naive_error(what: str, shown: str) -> ValueError:
+def naive_error(what: str, shown: str) -> InvalidValueError:
     """The one refusal of a naive timestamp: what it is, and the fixes (``what`` keys _NAIVE_FIXES)."""
-    return ValueError(
+    return InvalidValueError(
         f"{shown} has no timezone, so which instant it is is ambiguous (UTC? local time?): "
         f"{_NAIVE_FIXES[what]}, or name the zone its readings are in (timezone='UTC', or e.g. 'Europe/Berlin')"
     )
@@ -230,7 +232,7 @@ def localize(wall_ns: npt.NDArray[np.int64], timezone: str) -> npt.NDArray[np.in
             pa.array(wall_ns, pa.timestamp("ns")), timezone=timezone, ambiguous="raise", nonexistent="raise"
         )
     except (pa.ArrowInvalid, pa.ArrowKeyError, pa.ArrowNotImplementedError) as exc:
-        raise ValueError(f"naive timestamps in {timezone!r}: {exc}") from None
+        raise InvalidValueError(f"naive timestamps in {timezone!r}: {exc}") from None
     return np.asarray(zoned.cast(pa.int64()).to_numpy(), dtype=np.int64)
 
 
@@ -261,7 +263,7 @@ def localize_each(
             for pick in ("earliest", "latest")
         )
     except (pa.ArrowInvalid, pa.ArrowKeyError, pa.ArrowNotImplementedError) as exc:
-        raise ValueError(f"naive timestamps in {timezone!r}: {exc}") from None
+        raise InvalidValueError(f"naive timestamps in {timezone!r}: {exc}") from None
     one = first == last
     return np.where(one, first, 0), one
 
@@ -276,7 +278,7 @@ def _localize_one(wall_ns: int, timezone: str | None, what: str, shown: str) -> 
 
 def _check_range(ns: int, original: Any) -> int:
     if not _INT64_MIN < ns <= _INT64_MAX:
-        raise ValueError(f"timestamp {original!r:.80} is outside the int64 nanosecond range (1677..2262)")
+        raise InvalidValueError(f"timestamp {original!r:.80} is outside the int64 nanosecond range (1677..2262)")
     return ns
 
 
@@ -291,7 +293,7 @@ def _datetime_ns(value: _dt.datetime, timezone: str | None = None) -> int:
 def _iso_ns(text: str, timezone: str | None = None) -> int:
     m = _ISO.match(text.strip())
     if m is None:
-        raise ValueError(
+        raise InvalidValueError(
             f"timestamp string {text!r:.80} is not ISO-8601 with a timezone (e.g. 2024-01-02T03:04:05.123456789Z)"
         )
     try:
@@ -299,7 +301,7 @@ def _iso_ns(text: str, timezone: str | None = None) -> int:
             tzinfo=_dt.timezone.utc
         )
     except ValueError as exc:
-        raise ValueError(f"timestamp string {text!r:.80} is not a valid date and time: {exc}") from None
+        raise InvalidValueError(f"timestamp string {text!r:.80} is not a valid date and time: {exc}") from None
     tz = m["tz"]
     frac = (m["frac"] or "").ljust(9, "0")
     wall = _datetime_ns(base) + int(frac or 0)
@@ -312,7 +314,7 @@ def _iso_ns(text: str, timezone: str | None = None) -> int:
         hours, minutes = int(digits[:2]), int(digits[2:])
         # The regex takes any two digits; +99:99 or -2400 would shift the point by 100 h or a day.
         if hours > 23 or minutes > 59:
-            raise ValueError(f"timestamp string {text!r:.80} has UTC offset {tz}, outside -23:59..+23:59")
+            raise InvalidValueError(f"timestamp string {text!r:.80} has UTC offset {tz}, outside -23:59..+23:59")
         offset_s = sign * (hours * 3600 + minutes * 60)
     return wall - offset_s * 10**9
 
@@ -338,9 +340,9 @@ def _datetime64_ns(value: np.datetime64) -> int:
     if unit in _SUB_NS_UNITS:
         ns, rest = divmod(raw, _SUB_NS_UNITS[unit])
         if rest:
-            raise ValueError(f"timestamp {value!r:.80} is not a whole number of nanoseconds")
+            raise InvalidValueError(f"timestamp {value!r:.80} is not a whole number of nanoseconds")
         return ns
-    raise ValueError(f"timestamp {value!r:.80} has unsupported datetime64 unit {unit!r}")
+    raise InvalidValueError(f"timestamp {value!r:.80} has unsupported datetime64 unit {unit!r}")
 
 
 def is_missing(value: Any) -> bool:
@@ -379,7 +381,9 @@ def timestamp_ns(value: Any, timezone: str | None = None) -> int:
     if isinstance(value, str):
         return _check_range(_iso_ns(value, timezone), value)
     if is_missing(value):
-        raise ValueError(f"timestamp is missing ({value}): drop the rows without a time first (e.g. df.dropna())")
+        raise InvalidValueError(
+            f"timestamp is missing ({value}): drop the rows without a time first (e.g. df.dropna())"
+        )
     if isinstance(value, np.datetime64):
         wall = _check_range(_datetime64_ns(value), value)
         return _localize_one(wall, timezone, "datetime64", f"numpy {value!r:.80}")
@@ -393,8 +397,10 @@ def timestamp_ns(value: Any, timezone: str | None = None) -> int:
     if hasattr(value, "micros") and type(value).__module__.startswith("apache_beam"):
         return _check_range(int(value.micros) * 1000, value)
     if isinstance(value, (float, np.floating)):
-        raise TypeError(f"float timestamp {value!r} is ambiguous: give int nanoseconds, a datetime or an ISO string")
-    raise TypeError(f"unsupported timestamp type {type(value).__name__}: {value!r:.80}")
+        raise InvalidTypeError(
+            f"float timestamp {value!r} is ambiguous: give int nanoseconds, a datetime or an ISO string"
+        )
+    raise InvalidTypeError(f"unsupported timestamp type {type(value).__name__}: {value!r:.80}")
 
 
 def holds_int64_min(ns: npt.NDArray[np.int64]) -> bool:
@@ -425,34 +431,36 @@ def timestamps_ns(values: Any, timezone: str | None = None) -> npt.NDArray[np.in
     if isinstance(values, np.ndarray):
         if values.ndim != 1:
             # A 2-D int array would pass as nanoseconds and fail the whole request at encoding.
-            raise ValueError(f"timestamps must be 1-D, got an array of shape {values.shape}")
+            raise InvalidValueError(f"timestamps must be 1-D, got an array of shape {values.shape}")
         if values.dtype.kind == "i":
             out = values.astype(np.int64, copy=False)
             if holds_int64_min(out):
                 # Refused as a scalar too: -2**63 is no timestamp (the int64 NaT pattern).
-                raise ValueError("timestamp -9223372036854775808 is outside the int64 nanosecond range (1677..2262)")
+                raise InvalidValueError(
+                    "timestamp -9223372036854775808 is outside the int64 nanosecond range (1677..2262)"
+                )
             return out
         if values.dtype.kind == "u":
             if values.size and values.max() > _INT64_MAX:
-                raise ValueError("timestamp above the int64 nanosecond range")
+                raise InvalidValueError("timestamp above the int64 nanosecond range")
             return values.astype(np.int64)
         if values.dtype.kind == "M":
             if np.isnat(values).any():
                 i = int(np.argmax(np.isnat(values)))
-                raise ValueError(f"timestamp at index {i} is missing (NaT): drop the rows without a time first")
+                raise InvalidValueError(f"timestamp at index {i} is missing (NaT): drop the rows without a time first")
             wall = _datetime64_array_ns(values)
             if timezone is None:
                 raise naive_error("datetime64", f"numpy {values.dtype} array")
             return localize(wall, timezone)
         elif values.dtype.kind == "f":
-            raise TypeError("float timestamps are ambiguous: give int nanoseconds or datetime64")
+            raise InvalidTypeError("float timestamps are ambiguous: give int nanoseconds or datetime64")
         else:
             values = values.tolist()
     out = np.empty(len(values), dtype=np.int64)
     for i, v in enumerate(values):
         try:
             out[i] = timestamp_ns(v, timezone)
-        except (TypeError, ValueError) as exc:
+        except (InvalidTypeError, InvalidValueError) as exc:
             raise type(exc)(f"timestamps[{i}]: {exc}") from None
     return out
 
@@ -467,7 +475,7 @@ def _datetime64_array_ns(values: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
             return raw
         limit = _INT64_MAX // scale
         if raw.size and (raw.max() > limit or raw.min() < -limit):
-            raise ValueError(f"timestamp outside the int64 nanosecond range ({unit} input)")
+            raise InvalidValueError(f"timestamp outside the int64 nanosecond range ({unit} input)")
         return raw * scale
     # Calendar, sub-nanosecond and multiplied units: element by element, exactly.
     out = np.empty(len(values), dtype=np.int64)
@@ -475,7 +483,7 @@ def _datetime64_array_ns(values: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
         try:
             out[i] = _check_range(_datetime64_ns(v), v)
         except ValueError as exc:
-            raise ValueError(f"timestamps[{i}]: {exc}") from None
+            raise InvalidValueError(f"timestamps[{i}]: {exc}") from None
     return out
 
 
@@ -498,7 +506,7 @@ def arrow_timestamps_ns(col: Any, timezone: str | None = None, name: str = "time
     import pyarrow as pa
 
     if col.null_count:
-        raise ValueError(
+        raise InvalidValueError(
             f"{col.null_count} null timestamps (of {len(col)}): a point needs a time, "
             "so drop the rows without one first (e.g. df.dropna(subset=[...]))"
         )
@@ -507,7 +515,7 @@ def arrow_timestamps_ns(col: Any, timezone: str | None = None, name: str = "time
         try:
             raw = col.cast(pa.timestamp("ns", t.tz)).cast(pa.int64())
         except pa.ArrowInvalid as exc:
-            raise ValueError(f"timestamp outside the int64 nanosecond range: {exc}") from None
+            raise InvalidValueError(f"timestamp outside the int64 nanosecond range: {exc}") from None
         ns = np.asarray(raw.to_numpy(), dtype=np.int64)
         if t.tz is not None:
             return ns
@@ -516,4 +524,4 @@ def arrow_timestamps_ns(col: Any, timezone: str | None = None, name: str = "time
         return localize(ns, timezone)
     if pa.types.is_integer(t):
         return timestamps_ns(col.to_numpy(), timezone)
-    raise TypeError(f"timestamp column {name!r} has type {t}; use a zoned timestamp or int64 ns")
+    raise InvalidTypeError(f"timestamp column {name!r} has type {t}; use a zoned timestamp or int64 ns")

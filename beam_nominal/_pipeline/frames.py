@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from beam_nominal.errors import InvalidTypeError, InvalidValueError
+
 __all__ = ["as_table", "is_frame", "is_pandas", "pandas_column"]
 
 
@@ -46,7 +48,7 @@ def pandas_column(obj: Any) -> Any:
     try:
         return pa.array(obj, from_pandas=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-        raise TypeError(f"pandas {type(obj).__name__} of dtype {getattr(obj, 'dtype', '?')}: {exc}") from None
+        raise InvalidTypeError(f"pandas {type(obj).__name__} of dtype {getattr(obj, 'dtype', '?')}: {exc}") from None
 
 
 def as_table(obj: Any, timestamp_column: str) -> tuple[Any, str]:
@@ -69,7 +71,7 @@ def as_table(obj: Any, timestamp_column: str) -> tuple[Any, str]:
         return obj, "arrow"
     if is_pandas(obj) and cls.__name__ == "Series":
         if obj.name is None or not isinstance(obj.name, str):
-            raise ValueError(
+            raise InvalidValueError(
                 f"a pandas Series is one channel, named by its name, which is {obj.name!r}: "
                 "give it one (series.rename('engine.rpm'))"
             )
@@ -83,8 +85,8 @@ def as_table(obj: Any, timestamp_column: str) -> tuple[Any, str]:
         if hasattr(obj, "to_arrow"):  # a polars DataFrame older than the Arrow PyCapsule protocol
             return _without_views(obj.to_arrow()), "arrow"
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-        raise TypeError(f"{cls.__name__} could not be read as an Arrow table: {exc}") from None
-    raise TypeError(
+        raise InvalidTypeError(f"{cls.__name__} could not be read as an Arrow table: {exc}") from None
+    raise InvalidTypeError(
         f"{cls.__name__} is not a table: give a pyarrow Table/RecordBatch, a pandas or polars DataFrame, "
         "or an object with __arrow_c_stream__"
     )
@@ -96,14 +98,14 @@ def _from_pandas(df: Any, timestamp_column: str) -> Any:
     names = list(df.columns)
     for name in names:
         if not isinstance(name, str):
-            raise ValueError(
+            raise InvalidValueError(
                 f"DataFrame column {name!r} is not named by a str (a channel name): "
                 "rename the columns (df.columns = df.columns.astype(str)) or flatten a MultiIndex"
             )
     if timestamp_column not in names:
         index = df.index
         if type(index).__name__ != "DatetimeIndex" and index.name != timestamp_column:
-            raise ValueError(
+            raise InvalidValueError(
                 f"DataFrame has no {timestamp_column!r} column and its index is a {type(index).__name__}, "
                 f"not a DatetimeIndex; columns {names[:20]}: name the time column (timestamp_column=...) "
                 f"or make it the index (df.set_index('time'))"
@@ -112,7 +114,7 @@ def _from_pandas(df: Any, timestamp_column: str) -> Any:
     try:
         return pa.Table.from_pandas(df, preserve_index=False)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-        raise TypeError(f"DataFrame could not be converted to Arrow exactly: {exc}") from None
+        raise InvalidTypeError(f"DataFrame could not be converted to Arrow exactly: {exc}") from None
 
 
 def _without_views(table: Any) -> Any:

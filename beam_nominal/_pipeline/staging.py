@@ -55,7 +55,7 @@ from beam_nominal._pipeline.values import (
     text_bytes,
     value_bytes,
 )
-from beam_nominal.errors import SeriesTypeError
+from beam_nominal.errors import ElementError, SeriesTypeError
 
 if TYPE_CHECKING:
     from beam_nominal._pipeline.buffer import Buffer
@@ -122,14 +122,6 @@ _F64 = np.dtype(np.float64)
 _KEYS_KEPT = 65536
 #: ``PointBatch.fast`` while rows are pending: never written.
 _NO_FAST: dict[str, int] = {}
-
-
-class ElementError(ValueError):
-    """An element that cannot be read as telemetry; ``field`` names the offending part."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 class Chunk(NamedTuple):

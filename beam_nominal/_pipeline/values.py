@@ -33,7 +33,7 @@ from beam_nominal._pipeline.sizes import (
     STRING_ITEM_BYTES,
     TEXT_VALUE_BYTES,
 )
-from beam_nominal.errors import SeriesTypeError
+from beam_nominal.errors import InvalidTypeError, InvalidValueError, SeriesTypeError
 from beam_nominal.model import ValueType
 
 join_into: Callable[[list[Any], Any], int] | None
@@ -95,7 +95,7 @@ def check_texts(channel: str, what: str, values: Iterable[str]) -> None:
             try:
                 v.encode()
             except UnicodeEncodeError as exc:
-                raise ValueError(
+                raise InvalidValueError(
                     f"channel {channel!r}: {what} {v!r:.80} is not valid Unicode text ({exc.reason})"
                 ) from None
 
@@ -107,11 +107,11 @@ def struct_json(channel: str, mapping: Mapping[str, Any]) -> str:
     requests (and idempotency keys). NaN and infinities are rejected: they are not JSON.
     """
     if not isinstance(mapping, Mapping):
-        raise TypeError(f"struct value of channel {channel!r} must be a mapping, got {type(mapping).__name__}")
+        raise InvalidTypeError(f"struct value of channel {channel!r} must be a mapping, got {type(mapping).__name__}")
     try:
         text = json.dumps(mapping, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"struct value of channel {channel!r} is not JSON-serialisable: {exc}") from None
+        raise InvalidTypeError(f"struct value of channel {channel!r} is not JSON-serialisable: {exc}") from None
     check_texts(channel, "struct", (text,))
     return text
 
@@ -166,7 +166,7 @@ def convert_scalar(channel: str, value: Any) -> tuple[ValueType, Any]:
     try:
         vt = ValueType.of_scalar(value)
     except TypeError as exc:
-        raise TypeError(f"channel {channel!r}: {exc}") from None
+        raise InvalidTypeError(f"channel {channel!r}: {exc}") from None
     if vt is ValueType.STRUCT:
         return vt, struct_json(channel, value)
     if vt is ValueType.STRING:
@@ -204,7 +204,7 @@ def float_rows(channel: str, rows: Any) -> tuple[list[npt.NDArray[np.float64]], 
     """Normalise double-array rows: a 2-D array or a sequence of 1-D sequences."""
     if isinstance(rows, np.ndarray) and rows.ndim == 2:
         if rows.dtype.kind not in "fiu":
-            raise TypeError(f"channel {channel!r}: double-array rows must be numeric, got dtype {rows.dtype}")
+            raise InvalidTypeError(f"channel {channel!r}: double-array rows must be numeric, got dtype {rows.dtype}")
         if rows.dtype.kind in "iu" and rows.size and (int(rows.max()) > _EXACT_INT or int(rows.min()) < -_EXACT_INT):
             _check_exact_ints(channel, rows.ravel().tolist())
         arr = np.array(rows, dtype=np.float64, order="C")  # a copy: callers may reuse their array
@@ -273,20 +273,20 @@ _ROW_PACKERS: dict[int, Callable[..., bytes]] = {}
 _PACKERS_KEPT = 4096
 
 
-def _not_numbers(channel: str, row: list[Any], exc: Exception) -> TypeError:
+def _not_numbers(channel: str, row: list[Any], exc: Exception) -> InvalidTypeError:
     """The error for a row struct refused: array('d')'s message where it has one (struct's
     says only "required argument is not a float", also for an int too large)."""
     try:
         _array("d", row)
     except (TypeError, ValueError, OverflowError) as better:
         exc = better
-    return TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}")
+    return InvalidTypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}")
 
 
-def _complex(channel: str, row: Any) -> TypeError:
+def _complex(channel: str, row: Any) -> InvalidTypeError:
     bad = next((v for v in row if isinstance(v, (complex, np.complexfloating))), None)
     got = f"complex {bad!r:.80}" if bad is not None else "complex numbers"
-    return TypeError(f"channel {channel!r}: a double array must hold real numbers, got {got}")
+    return InvalidTypeError(f"channel {channel!r}: a double array must hold real numbers, got {got}")
 
 
 def _row_packer(n: int) -> Callable[..., bytes]:
@@ -314,7 +314,7 @@ def _check_exact_ints(channel: str, row: Sequence[Any]) -> None:
         except TypeError:
             continue  # converted by __float__ (Decimal, Fraction ...): not an int
         if abs(i) > _EXACT_INT and float(i) != i:
-            raise TypeError(
+            raise InvalidTypeError(
                 f"channel {channel!r}: integer {i} in a double array is not exact as a double "
                 f"(beyond 2**53); send it as its own int64/uint64 series or as a float"
             )
@@ -323,12 +323,12 @@ def _check_exact_ints(channel: str, row: Sequence[Any]) -> None:
 def float_array_row(channel: str, row: Any) -> npt.NDArray[np.float64]:
     """One double-array value as a fresh 1-D float64 array (the caller may reuse its list)."""
     if isinstance(row, (str, bytes, Mapping)):
-        raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers, got {row!r:.80}")
+        raise InvalidTypeError(f"channel {channel!r}: a double array must be a sequence of numbers, got {row!r:.80}")
     if isinstance(row, np.ndarray) and row.dtype.kind in "iu":
         if row.size and (int(row.max()) > _EXACT_INT or int(row.min()) < -_EXACT_INT):
             _check_exact_ints(channel, row.ravel().tolist())
     elif isinstance(row, np.ndarray) and row.dtype.kind == "c":
-        raise TypeError(f"channel {channel!r}: a double array must hold real numbers, got dtype {row.dtype}")
+        raise InvalidTypeError(f"channel {channel!r}: a double array must hold real numbers, got dtype {row.dtype}")
     elif isinstance(row, np.ndarray) and row.dtype.kind == "O":
         _check_exact_ints(channel, row.ravel().tolist())
     elif not isinstance(row, (np.ndarray, _array)):
@@ -336,9 +336,9 @@ def float_array_row(channel: str, row: Any) -> npt.NDArray[np.float64]:
     try:
         arr = np.array(row, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}") from None
+        raise InvalidTypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}") from None
     if arr.ndim != 1:
-        raise TypeError(f"channel {channel!r}: a double array must be 1-D, got shape {arr.shape}")
+        raise InvalidTypeError(f"channel {channel!r}: a double array must be 1-D, got shape {arr.shape}")
     return arr
 
 
@@ -356,14 +356,14 @@ def string_row(channel: str, row: Any) -> tuple[str, ...]:
     elif isinstance(row, np.ndarray):
         out = tuple(row.tolist())
     elif isinstance(row, (str, bytes, Mapping)) or not isinstance(row, Sequence):
-        raise TypeError(f"channel {channel!r}: a string array must be a sequence of str, got {row!r:.80}")
+        raise InvalidTypeError(f"channel {channel!r}: a string array must be a sequence of str, got {row!r:.80}")
     else:
         out = tuple(row)
     try:
         joined = "".join(out)  # one C-level pass: refuses non-str elements
     except TypeError:
         bad = next(v for v in out if not isinstance(v, str))
-        raise TypeError(f"channel {channel!r}: string array element {bad!r:.80} is not a str") from None
+        raise InvalidTypeError(f"channel {channel!r}: string array element {bad!r:.80} is not a str") from None
     if not joined.isascii():
         check_texts(channel, "string array element", out)
     return out
@@ -393,12 +393,12 @@ def column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueTy
             rows, nbytes = float_rows(channel, values)
             return check_pin(channel, pinned, ValueType.DOUBLE_ARRAY), rows, nbytes
         if values.ndim != 1:
-            raise TypeError(f"channel {channel!r}: values must be 1-D or 2-D, got shape {values.shape}")
+            raise InvalidTypeError(f"channel {channel!r}: values must be 1-D or 2-D, got shape {values.shape}")
         if values.dtype.kind != "O":
             try:
                 vt = ValueType.of_dtype(values.dtype)
             except TypeError as exc:
-                raise TypeError(f"channel {channel!r}: {exc}") from None
+                raise InvalidTypeError(f"channel {channel!r}: {exc}") from None
             if vt is ValueType.INT64 and pinned is ValueType.UINT64 and values.dtype.kind in "iu":
                 if values.size and values.min() < 0:
                     raise conflict(channel, pinned, "negative int64 values")
@@ -413,7 +413,7 @@ def column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueTy
         values = values.tolist()
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, (Sequence, np.ndarray)):
         if not hasattr(values, "__len__") or isinstance(values, (str, bytes, Mapping)):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"channel {channel!r}: values must be a sequence or numpy array, got {type(values).__name__}"
             )
         values = list(values)
@@ -436,7 +436,7 @@ def column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueTy
     try:
         vt = ValueType.of_scalar(first)
     except TypeError as exc:
-        raise TypeError(f"channel {channel!r}: values[0]: {exc}") from None
+        raise InvalidTypeError(f"channel {channel!r}: values[0]: {exc}") from None
     if vt is ValueType.INT64 and pinned is ValueType.UINT64:
         vt = ValueType.UINT64
     elif vt is ValueType.INT64 and pinned is None and type(first) is int:
@@ -445,6 +445,8 @@ def column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueTy
             np.array(values, dtype=np.int64)
         except OverflowError:
             vt = ValueType.UINT64
+        except (TypeError, ValueError):
+            pass  # a value that is no int: the conversion below names it
     vt = check_pin(channel, pinned, vt)
     conv = SCALAR_CONVERTERS[vt]
     try:
@@ -497,7 +499,7 @@ def arrow_column(name: str, col: Any, pinned: ValueType | None) -> tuple[ValueTy
         out = col.to_pylist()
         return check_pin(name, pinned, ValueType.STRING), out, value_bytes(ValueType.STRING, out)
     if kind == "string_list":
-        rows = col.to_pylist()
+        rows = [string_row(name, r) for r in col.to_pylist()]  # refuses a null item, naming it
         return check_pin(name, pinned, ValueType.STRING_ARRAY), rows, value_bytes(ValueType.STRING_ARRAY, rows)
     if kind == "number_list":
         frows = [np.asarray(r.values.to_numpy(zero_copy_only=False), dtype=np.float64) for r in col]
@@ -505,7 +507,7 @@ def arrow_column(name: str, col: Any, pinned: ValueType | None) -> tuple[ValueTy
     if kind == "struct":
         out = [struct_json(name, dict(v) if not isinstance(v, dict) else v) for v in col.to_pylist()]
         return check_pin(name, pinned, ValueType.STRUCT), out, value_bytes(ValueType.STRUCT, out)
-    raise TypeError(f"column {name!r} has Arrow type {t}, which has no Nominal type")
+    raise InvalidTypeError(f"column {name!r} has Arrow type {t}, which has no Nominal type")
 
 
 #: Arrow type -> how arrow_column converts it (pyarrow's type tests are Python calls, three to

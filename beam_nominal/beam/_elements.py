@@ -23,19 +23,20 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from beam_nominal._pipeline.frames import is_frame
-from beam_nominal._pipeline.staging import ElementError, PointBatch, is_column
+from beam_nominal._pipeline.staging import PointBatch, is_column
 from beam_nominal.beam import _rows
+from beam_nominal.errors import ElementError, InputError
 
 __all__ = ["ELEMENT_ERRORS", "SHAPE_FIELDS", "ElementError", "FailedElement", "is_point_fields", "is_row", "reader_for"]
 
 #: Field names the shapes give a meaning of their own: no timestamp field may take one.
 SHAPE_FIELDS = frozenset({"channel", "channels", "tags", "timestamps", "value", "values"})
 
-#: What a reader or the batch raises for a bad element: ElementError (a ValueError),
-#: SeriesTypeError (a TypeError), and the TypeError or ValueError of a value check. Anything else
-#: (a KeyError, AttributeError, RuntimeError ...) is a fault of ours: it fails the bundle, which
-#: the runner retries, rather than passing as the element's.
-ELEMENT_ERRORS = (TypeError, ValueError)
+#: What a reader or the batch raises for a bad element: an InputError (ElementError,
+#: InvalidValueError, InvalidTypeError, SeriesTypeError), raised on purpose by a check of the
+#: user's element or value. Anything else, a plain TypeError or ValueError included, is a fault
+#: of ours: it fails the bundle, which the runner retries, rather than passing as the element's.
+ELEMENT_ERRORS = (InputError,)
 
 Reader = Callable[[Any], None]
 

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from beam_nominal._pipeline.staging import ElementError, PointBatch
+from beam_nominal._pipeline.staging import PointBatch
+from beam_nominal.errors import ElementError, InputError, InvalidTypeError, InvalidValueError
 from beam_nominal.model import is_missing
 
 __all__ = [
@@ -195,9 +196,9 @@ def _to_double(value: Any) -> Any:
         except OverflowError:
             as_float = float("inf")  # refused below, as any integer a double cannot hold
         if as_float in (float("inf"), float("-inf")) or int(as_float) != exact:
-            raise ValueError(f"{value} has no exact double; make the field int64 or round it first")
+            raise InvalidValueError(f"{value} has no exact double; make the field int64 or round it first")
         return as_float
-    raise TypeError(f"expected a double, got {type(value).__name__} {value!r:.80}")
+    raise InvalidTypeError(f"expected a double, got {type(value).__name__} {value!r:.80}")
 
 
 def _to_int64(value: Any) -> Any:
@@ -205,13 +206,13 @@ def _to_int64(value: Any) -> Any:
         return value
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
         return int(value)
-    raise TypeError(f"expected an int64, got {type(value).__name__} {value!r:.80}")
+    raise InvalidTypeError(f"expected an int64, got {type(value).__name__} {value!r:.80}")
 
 
 def _to_string(value: Any) -> Any:
     if isinstance(value, str):
         return value
-    raise TypeError(f"expected a string, got {type(value).__name__} {value!r:.80}")
+    raise InvalidTypeError(f"expected a string, got {type(value).__name__} {value!r:.80}")
 
 
 _CONVERTERS: dict[str | None, Callable[[Any], Any]] = {
@@ -332,7 +333,7 @@ def record(m: Mapping[str, Any], lay: RowLayout) -> tuple[Any, dict[str, Any], d
         if convert is not None and not is_missing(value):
             try:
                 value = convert(value)
-            except (TypeError, ValueError) as exc:
+            except InputError as exc:
                 raise ElementError(name, f"field {name!r}: {exc}") from None
         values[channel] = value
     tags: dict[str, str] | None = None

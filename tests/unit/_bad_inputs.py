@@ -168,8 +168,8 @@ def _cases() -> list[Case]:
     )
     ok("int-2p53", "int beyond 2**53 (exact)", ("c27", B, 2**53 + 1), d("c27", 2**53 + 1, vt="int64"))
     ok("int-uint64", "int above int64 (uint64)", ("c28", B, 2**64 - 1), d("c28", 2**64 - 1, vt="uint64"))
-    bad("int-2p64", "int above uint64", ("c29", B, 2**64), "TypeError", "outside both int64 and uint64")
-    bad("int-below", "int below int64", ("c30", B, -(2**63) - 1), "TypeError", "outside both int64 and uint64")
+    bad("int-2p64", "int above uint64", ("c29", B, 2**64), "InvalidTypeError", "outside both int64 and uint64")
+    bad("int-below", "int below int64", ("c30", B, -(2**63) - 1), "InvalidTypeError", "outside both int64 and uint64")
     ok("nan", "NaN (stored exactly)", ("c31", B, math.nan), d("c31", math.nan))
     ok("nan-payload", "NaN with a payload (bits kept)", ("c32", B, NAN_PAYLOAD), d("c32", NAN_PAYLOAD))
     ok(
@@ -189,21 +189,27 @@ def _cases() -> list[Case]:
         d("c35b", 1, vt="int64"),
     )
     ok("np-uint64", "numpy uint64 max", ("c36", B, np.uint64(2**64 - 1)), d("c36", 2**64 - 1, vt="uint64"))
-    bad("decimal", "Decimal value", ("c37", B, decimal.Decimal("1.5")), "TypeError", "unsupported value type Decimal")
-    bad("complex", "complex value", ("c38", B, 1j), "TypeError", "unsupported value type complex")
-    bad("set", "set value", ("c39", B, {1}), "TypeError", "unsupported value type set")
+    bad(
+        "decimal",
+        "Decimal value",
+        ("c37", B, decimal.Decimal("1.5")),
+        "InvalidTypeError",
+        "unsupported value type Decimal",
+    )
+    bad("complex", "complex value", ("c38", B, 1j), "InvalidTypeError", "unsupported value type complex")
+    bad("set", "set value", ("c39", B, {1}), "InvalidTypeError", "unsupported value type set")
     bad(
         "bytes-value",
         "bytes value (invalid UTF-8)",
         ("c40", B, b"\xff\xfe"),
-        "TypeError",
+        "InvalidTypeError",
         "unsupported value type bytes",
     )
     bad(
         "str-surrogate",
         "lone surrogate in a string value",
         ("c41", B, "a\ud800"),
-        "ValueError",
+        "InvalidValueError",
         "surrogates not allowed",
         beam=False,
     )
@@ -223,14 +229,14 @@ def _cases() -> list[Case]:
         "struct-nan",
         "NaN inside a struct (not JSON)",
         ("c47", B, {"a": math.nan}),
-        "TypeError",
+        "InvalidTypeError",
         "not JSON-serialisable",
     )
     bad(
         "struct-object",
         "object inside a struct",
         ("c48", B, {"a": object()}),
-        "TypeError",
+        "InvalidTypeError",
         "not JSON-serialisable",
         beam=False,
     )
@@ -243,12 +249,12 @@ def _cases() -> list[Case]:
     )
     ok("array-empty", "empty list (an empty double array)", ("c50", B, []), d("c50", [], vt="double_array"))
     ok("string-array", "list of str", ("c51", B, ["a", ""]), d("c51", ["a", ""], vt="string_array"))
-    bad("array-mixed", "list of str and float", ("c52", B, ["a", 1.0]), "TypeError", "double array", "not str")
+    bad("array-mixed", "list of str and float", ("c52", B, ["a", 1.0]), "InvalidTypeError", "double array", "not str")
     bad(
         "array-ragged",
         "ragged nested list as a point value",
         ("c53", B, [[1.0], [2.0, 3.0]]),
-        "TypeError",
+        "InvalidTypeError",
         "double array",
     )
     bad("array-2d", "2-D numpy array as a point value", ("c54", B, np.ones((2, 2))), "ElementError", "2 dimensions")
@@ -275,7 +281,7 @@ def _cases() -> list[Case]:
         d("c58", [1.0], vt="double_array"),
         d("c58", [2.0, 3.0], B + 1, vt="double_array"),
     )
-    bad("series-3d", "series of a 3-D array", ("c59", [B], np.ones((1, 2, 2))), "TypeError", "1-D or 2-D")
+    bad("series-3d", "series of a 3-D array", ("c59", [B], np.ones((1, 2, 2))), "InvalidTypeError", "1-D or 2-D")
     bad(
         "series-object",
         "series of an object array mixing float and str",
@@ -412,7 +418,7 @@ def _cases() -> list[Case]:
         "wide-one-bad",
         "wide record with one bad value (none of it stored)",
         (B, {"c93a": 1.0, "c93b": 2**64}),
-        "TypeError",
+        "InvalidTypeError",
         "'c93b'",
     )
     ok("wide-values", "record {timestamp, values}", {"timestamp": B, "values": {"c94": 1.0}}, d("c94", 1.0))
@@ -447,7 +453,7 @@ def _cases() -> list[Case]:
         "array-int-2p53",
         "array value: an int beyond 2**53 in a double array",
         ("c101", B, [1.0, 2**53 + 1]),
-        "TypeError",
+        "InvalidTypeError",
         "not exact as a double",
     )
     bad("array-bytes", "array value: a numpy bytes array", ("c102", B, np.array([b"x"])), "ElementError", "bytes")
@@ -456,21 +462,21 @@ def _cases() -> list[Case]:
         "array-complex-tuple",
         "array value: a numpy complex number in a tuple of floats",
         ("c103", B, (1.0, np.complex128(2 + 3j))),
-        "TypeError",
+        "InvalidTypeError",
         "real numbers",
     )
     bad(
         "array-object-int-2p53",
         "array value: an int beyond 2**53 in an object ndarray",
         ("c105", B, np.array([1.0, 2**53 + 1], dtype=object)),
-        "TypeError",
+        "InvalidTypeError",
         "not exact as a double",
     )
     bad(
         "array-complex-ndarray",
         "array value: a complex ndarray",
         ("c104", B, np.array([1 + 2j, 3j])),
-        "TypeError",
+        "InvalidTypeError",
         "real numbers",
     )
     bad(
@@ -479,6 +485,20 @@ def _cases() -> list[Case]:
         pa.Table.from_arrays([pa.array([B]), pa.array([1.0]), pa.array([2.0])], names=["timestamp", "c105", "c105"]),
         "ElementError",
         "more than one column named 'c105'",
+    )
+    bad(
+        "series-int-str",
+        "series of ints with a str among them",
+        ("c106", [B, B + 1], [1, "a"]),
+        "SeriesTypeError",
+        "values[1]",
+    )
+    bad(
+        "table-string-list-null-item",
+        "Arrow table with a null inside a string-list value",
+        pa.Table.from_arrays([pa.array([B]), pa.array([["a", None]])], names=["timestamp", "c107"]),
+        "InvalidTypeError",
+        "string array element None is not a str",
     )
     return out
 
