@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from types import WrapperDescriptorType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -377,6 +378,29 @@ class PointBatch:
         self.doubles.append(code, t, value)
         return True
 
+    def _new_doubles(self, names: list[str], keys: list[SeriesKey]) -> list[_Slot]:
+        """Slots of new untagged double series taking floats unchecked (names checked, keys
+        known to no slot), registered as ``_register`` registers each, the maps filled in bulk:
+        a record of thousands of new channels costs no call a channel."""
+        slots = self._slots
+        start = len(slots)
+        codes = range(start, start + len(names))
+        made: list[_Slot] = list(map(_new_slot, repeat(_Slot, len(names))))
+        for code, slot, key in zip(codes, made, keys, strict=True):
+            slot.code, slot.key, slot.vtype, slot.chunks = code, key, _DOUBLE, ()
+            slot.unchecked, slot.conv = float, _DOUBLE_CONV
+        slots.extend(made)
+        self._series_keys.extend(keys)
+        self._by_key.update(zip(keys, made, strict=True))
+        self._untagged.update(zip(names, made, strict=True))
+        if set(map(type, names)) == {str}:
+            self.fast_columns.update(zip(names, keys, strict=True))
+            self._all_fast.update(zip(names, codes, strict=True))
+        else:  # str subclasses: _register decides which may take the fast maps
+            for slot, name in zip(made, names, strict=True):
+                self._register(slot, name, None)
+        return made
+
     def _real_slots(self) -> list[_Slot]:
         """``_slots``, where the codes read are of slots made (not lazy: rows' and non-double
         series', or any once ``_materialize`` ran)."""
@@ -510,18 +534,23 @@ class PointBatch:
             return None  # a name that is not a str
         if not names or not joined.isascii() or min(map(len, names)) == 0 or max(map(len, names)) > MAX_NAME_CHARS:
             return None
-        found = list(map(self._untagged.get, names))
+        found: list[_Slot | None] = list(map(self._untagged.get, names))
         base = self._base
-        for j, name in enumerate(names):
-            if found[j] is None:
-                found[j] = self._by_key.get(SeriesKey(name, base))
+        new = [j for j, s in enumerate(found) if s is None]
+        new_keys = [_new_tuple(SeriesKey, (names[j], base)) for j in new]
+        for j, slot in zip(new, map(self._by_key.get, new_keys), strict=True):
+            found[j] = slot
         if any(s is not None and (s.vtype is not ValueType.DOUBLE or s.unchecked is not float) for s in found):
             return None
         for j, name in enumerate(names):
             slot = found[j]
-            if slot is None:
-                slot = found[j] = _Slot(-1, SeriesKey(name, base), ValueType.DOUBLE, float)
-            self._register(slot, name, None)
+            if slot is not None:
+                self._register(slot, name, None)
+        unknown = [(j, key) for j, key in zip(new, new_keys, strict=True) if found[j] is None]
+        if unknown:
+            made = self._new_doubles([names[j] for j, _ in unknown], [key for _, key in unknown])
+            for (j, _), slot in zip(unknown, made, strict=True):
+                found[j] = slot
         if not skip:
             return found
         it = iter(found)
