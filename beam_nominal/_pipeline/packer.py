@@ -198,7 +198,7 @@ def _cut_loose(
                 int(np.searchsorted(cum_points, base_points + room_points, "right")),
             )
             if end > g:
-                # Each series' columns as views, made by map in C rather than a slice a series.
+                # Each series' columns as views, sliced by maps: no Python-level loop a series.
                 lo, hi = starts[g], starts[end - 1] + counts[end - 1]
                 rel = starts_arr[g:end] - lo
                 bounds, ends = rel.tolist(), (rel + counts_arr[g:end]).tolist()
