@@ -190,16 +190,16 @@ class Buffer:
         self.points = 0
         self.nbytes = 0
         #: Loose points in arrival order: (codes, int ns, float64 values) column triples, all
-        #: coded by ``loose_series``, a staging batch's series by code (each with ``key`` and
-        #: ``vtype``; double series only), which only grows while points refer to it.
+        #: coded by ``loose_series``, a staging batch's series keys by code (double series
+        #: only), which only grows while points refer to it.
         self.loose: list[tuple[I64, I64, Any]] = []
-        self.loose_series: Sequence[Any] = ()
+        self.loose_series: Sequence[SeriesKey] = ()
         self.loose_points = 0
         self.loose_nbytes = 0
 
-    def add_loose(self, series: Sequence[Any], codes: I64, timestamps: I64, values: Any, nbytes: int) -> None:
-        """Append single double points of many series (``codes`` index ``series``; arrays the
-        buffer now owns), after everything added before."""
+    def add_loose(self, series: Sequence[SeriesKey], codes: I64, timestamps: I64, values: Any, nbytes: int) -> None:
+        """Append single double points of many series (``codes`` index ``series``, their keys;
+        arrays the buffer now owns), after everything added before."""
         if self.loose and series is not self.loose_series:
             self._spill_loose()
         self.loose_series = series
@@ -250,8 +250,7 @@ class Buffer:
         starts = [0, *ends.tolist()]
         stops = [*ends.tolist(), len(codes)]
         for start, stop, code in zip(starts, stops, codes[starts].tolist(), strict=True):
-            one = series[code]
-            s = self._series(one.key, one.vtype)
+            s = self._series(series[code], _DOUBLE)
             if s.column is not None:
                 s._close_column()
             s.ts_chunks.append(ts[start:stop])

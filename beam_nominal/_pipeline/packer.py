@@ -13,12 +13,14 @@ batch a view of the sorted columns: nothing is made per series before the cut.
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from beam_nominal._pipeline.buffer import Buffer
-from beam_nominal._pipeline.sizes import DOUBLE_POINT_BYTES, series_overhead
+from beam_nominal._pipeline.sizes import DOUBLE_POINT_BYTES, SERIES_OVERHEAD, series_overhead
 from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.model import ValueType
 from beam_nominal.targets.base import Request
@@ -128,6 +130,21 @@ def cut_requests(
     return cuts
 
 
+_CHANNEL, _TAGS = itemgetter(0), itemgetter(1)
+
+
+def _overheads(keys: list[Any]) -> Any:
+    """``series_overhead`` of each key, as an int64 array: the channels' lengths counted in C,
+    the tags of the (rare) tagged keys one by one."""
+    n = len(keys)
+    out = np.fromiter(map(len, map(_CHANNEL, keys)), np.int64, n)
+    out += SERIES_OVERHEAD
+    tagged = np.flatnonzero(np.fromiter(map(len, map(_TAGS, keys)), np.int64, n))
+    for i in tagged.tolist():
+        out[i] = series_overhead(keys[i])
+    return out
+
+
 def _cut_loose(
     buffer: Buffer,
     dataset_rid: str,
@@ -147,9 +164,9 @@ def _cut_loose(
     cut_at = np.flatnonzero(codes[1:] != codes[:-1]) + 1
     starts_arr = np.concatenate(([0], cut_at))
     counts_arr = np.diff(np.append(starts_arr, total))
-    keys = [series[c].key for c in codes[starts_arr].tolist()]
+    keys = list(map(series.__getitem__, codes[starts_arr].tolist()))
     per_point = DOUBLE_POINT_BYTES
-    overheads = np.fromiter(map(series_overhead, keys), np.int64, len(keys))
+    overheads = _overheads(keys)
     cum_bytes = np.cumsum(overheads + counts_arr * per_point)
     cum_points = np.cumsum(counts_arr)
     starts, counts, ovs = starts_arr.tolist(), counts_arr.tolist(), overheads.tolist()
@@ -181,10 +198,14 @@ def _cut_loose(
                 int(np.searchsorted(cum_points, base_points + room_points, "right")),
             )
             if end > g:
-                batches += [
-                    _batch(k, _DOUBLE, ts[a : a + c], vals[a : a + c])
-                    for k, a, c in zip(keys[g:end], starts[g:end], counts[g:end], strict=True)
-                ]
+                # Each series' columns as views, sliced by maps: no Python-level loop a series.
+                lo, hi = starts[g], starts[end - 1] + counts[end - 1]
+                rel = starts_arr[g:end] - lo
+                bounds, ends = rel.tolist(), (rel + counts_arr[g:end]).tolist()
+                ts_part, vals_part = ts[lo:hi], vals[lo:hi]
+                ts_views = map(ts_part.__getitem__, map(slice, bounds, ends))
+                val_views = map(vals_part.__getitem__, map(slice, bounds, ends))
+                batches += map(_batch, keys[g:end], repeat(_DOUBLE), ts_views, val_views)
                 room_bytes -= int(cum_bytes[end - 1]) - base_bytes
                 room_points -= int(cum_points[end - 1]) - base_points
                 g = end

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from types import WrapperDescriptorType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -224,7 +225,12 @@ class PointBatch:
         #: function it was for the int ns the hot paths see).
         self._timestamp: Callable[[Any], int] = _timestamp if self._zone is None else _zoned(self._zone)
         self._base: tuple[tuple[str, str], ...] = SeriesKey.of("_", tags).tags if tags else ()
-        self._slots: list[_Slot] = []
+        #: Series by code; None for a lazy one (see _new_double) until _materialize makes it.
+        self._slots: list[_Slot | None] = []
+        #: Every series' key by code, lazy ones included: what the buffer reads loose points by.
+        self._series_keys: list[SeriesKey] = []
+        #: Code of the first lazy series not yet made a slot, or None.
+        self._lazy_at: int | None = None
         self._by_key: dict[SeriesKey, _Slot] = {}
         #: channel -> slot, for elements without tags of their own.
         self._untagged: dict[str, _Slot] = {}
@@ -306,10 +312,13 @@ class PointBatch:
         # Literals, not module constants: a global lookup costs as much as a comparison.
         if type(value) is float and type(ts) is int and -9223372036854775808 < ts <= 9223372036854775807:
             try:
-                code = self.fast[channel]
-            except (KeyError, TypeError, ValueError):  # an unknown or unhashable channel
+                # get, not [ ]: an unknown channel (each new series) raises no KeyError.
+                code = self.fast.get(channel)
+            except (TypeError, ValueError):  # an unhashable channel
                 # (ValueError: a channel whose __hash__ raises it; the checked path makes that a
                 # FailedElement, as the compiled WriteDoFn.process does, not a failed bundle)
+                return False
+            if code is None:
                 return False
             self.doubles.append(code, ts, value)
             return True
@@ -323,9 +332,12 @@ class PointBatch:
             and not tags
             and not self._base
             and channel not in self._untagged
+            and channel not in self._all_fast
             and self._new_double(channel, ts, value)
         ):
             return
+        if self._lazy_at is not None:
+            self._materialize()
         slot, new = self._slot_for(channel, tags)
         t = self._timestamp(ts)
         slot, value = self._value_for(slot, new, value)
@@ -335,29 +347,73 @@ class PointBatch:
 
     def _new_double(self, channel: str, ts: Any, value: float) -> bool:
         """The first point of an untagged double series named by a plain str, in a batch without
-        tags of its own: the checks of ``_slot_for`` and ``_register`` that such a point needs,
-        made once (over a million series, each new, they were most of a point's cost); False,
-        having done nothing, for anything else (the general path names what is wrong)."""
+        tags of its own, made a lazy series: a code, a key and the fast path's map entry, no slot
+        and no other map entry (over a million series, each new, those were most of a point's
+        cost, and a slot a series kept the garbage collector busy). Every other path makes the
+        pending lazy series slots first (``_materialize``); single doubles reach the buffer by
+        code and key alone (``move_into``). False, having done nothing, for anything else (the
+        general path names what is wrong)."""
         if not channel or len(channel) > MAX_NAME_CHARS or not channel.isascii():
             return False
         t = ts if type(ts) is int and _INT64_MIN < ts <= _INT64_MAX else self._timestamp(ts)
         # Its key is not in _by_key: an untagged key is registered under an equal channel in
-        # _untagged, which the caller looked in.
-        key = _new_tuple(SeriesKey, (channel, ()))
+        # _untagged or, lazy, in _all_fast, where the caller looked.
         slots = self._slots
         code = len(slots)
-        slot = _new_slot(_Slot)
-        slot.code, slot.key, slot.vtype, slot.chunks = code, key, _DOUBLE, ()
-        slot.unchecked, slot.conv = float, _DOUBLE_CONV
-        slots.append(slot)
-        self._by_key[key] = slot
-        self._untagged[channel] = slot
-        self.fast_columns[channel] = key
+        slots.append(None)
+        self._series_keys.append(_new_tuple(SeriesKey, (channel, ())))
         self._all_fast[channel] = code
+        if self._lazy_at is None:
+            self._lazy_at = code
         if self._rows:
             self._settle_rows()  # rows that came first stay first
         self.doubles.append(code, t, value)
         return True
+
+    def _new_doubles(self, names: list[str], keys: list[SeriesKey]) -> list[_Slot]:
+        """Slots of new untagged double series taking floats unchecked (names checked, keys
+        known to no slot), registered as ``_register`` registers each, the maps filled in bulk:
+        a record of thousands of new channels costs no call a channel."""
+        slots = self._slots
+        start = len(slots)
+        codes = range(start, start + len(names))
+        made: list[_Slot] = list(map(_new_slot, repeat(_Slot, len(names))))
+        for code, slot, key in zip(codes, made, keys, strict=True):
+            slot.code, slot.key, slot.vtype, slot.chunks = code, key, _DOUBLE, ()
+            slot.unchecked, slot.conv = float, _DOUBLE_CONV
+        slots.extend(made)
+        self._series_keys.extend(keys)
+        self._by_key.update(zip(keys, made, strict=True))
+        self._untagged.update(zip(names, made, strict=True))
+        if set(map(type, names)) == {str}:
+            self.fast_columns.update(zip(names, keys, strict=True))
+            self._all_fast.update(zip(names, codes, strict=True))
+        else:  # str subclasses: _register decides which may take the fast maps
+            for slot, name in zip(made, names, strict=True):
+                self._register(slot, name, None)
+        return made
+
+    def _real_slots(self) -> list[_Slot]:
+        """``_slots``, where the codes read are of slots made (not lazy: rows' and non-double
+        series', or any once ``_materialize`` ran)."""
+        return self._slots  # type: ignore[return-value]
+
+    def _materialize(self) -> None:
+        """Make every lazy series a slot registered as ``_register`` registers an untagged
+        double series (its code, key and fast-path entry stay)."""
+        start, self._lazy_at = self._lazy_at, None
+        slots, keys = self._slots, self._series_keys
+        by_key, untagged, columns = self._by_key, self._untagged, self.fast_columns
+        for code in range(start or 0, len(slots)):
+            if slots[code] is None:
+                key = keys[code]
+                slot = _new_slot(_Slot)
+                slot.code, slot.key, slot.vtype, slot.chunks = code, key, _DOUBLE, ()
+                slot.unchecked, slot.conv = float, _DOUBLE_CONV
+                slots[code] = slot
+                by_key[key] = slot
+                untagged[key.channel] = slot
+                columns[key.channel] = key
 
     def _append(self, slot: _Slot, t: int, value: Any) -> None:
         """A checked point onto ``doubles`` or the flat list (the checked paths' one way there)."""
@@ -380,6 +436,8 @@ class PointBatch:
         """
         if not isinstance(record, Mapping):
             raise ElementError("values", f"wide record values must be a mapping, got {type(record).__name__}")
+        if self._lazy_at is not None:
+            self._materialize()
         t = self._timestamp(ts)
         items = _tag_items(tags)
         keys = tuple(record)
@@ -468,18 +526,23 @@ class PointBatch:
             return None  # a name that is not a str
         if not names or not joined.isascii() or min(map(len, names)) == 0 or max(map(len, names)) > MAX_NAME_CHARS:
             return None
-        found = list(map(self._untagged.get, names))
+        found: list[_Slot | None] = list(map(self._untagged.get, names))
         base = self._base
-        for j, name in enumerate(names):
-            if found[j] is None:
-                found[j] = self._by_key.get(SeriesKey(name, base))
+        new = [j for j, s in enumerate(found) if s is None]
+        new_keys = [_new_tuple(SeriesKey, (names[j], base)) for j in new]
+        for j, slot in zip(new, map(self._by_key.get, new_keys), strict=True):
+            found[j] = slot
         if any(s is not None and (s.vtype is not ValueType.DOUBLE or s.unchecked is not float) for s in found):
             return None
         for j, name in enumerate(names):
             slot = found[j]
-            if slot is None:
-                slot = found[j] = _Slot(-1, SeriesKey(name, base), ValueType.DOUBLE, float)
-            self._register(slot, name, None)
+            if slot is not None:
+                self._register(slot, name, None)
+        unknown = [(j, key) for j, key in zip(new, new_keys, strict=True) if found[j] is None]
+        if unknown:
+            made = self._new_doubles([names[j] for j, _ in unknown], [key for _, key in unknown])
+            for (j, _), slot in zip(unknown, made, strict=True):
+                found[j] = slot
         if not skip:
             return found
         it = iter(found)
@@ -512,6 +575,8 @@ class PointBatch:
         first): a column passing through the batch's chunks and ``take()`` cost more than
         checking it (18.7 against 6.4 µs a call of 100 points).
         """
+        if self._lazy_at is not None:
+            self._materialize()
         if (
             type(timestamps) is np.ndarray
             and type(values) is np.ndarray
@@ -588,6 +653,8 @@ class PointBatch:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        if self._lazy_at is not None:
+            self._materialize()
         try:
             table, container = frames.as_table(table, timestamp_column)
         except (TypeError, ValueError) as exc:
@@ -639,6 +706,8 @@ class PointBatch:
 
     def add_typed(self, channel: Any, ts: Any, vtype: ValueType, value: Any, tags: Any = None) -> None:
         """One point whose value is already converted to ``vtype`` (``enqueue_float_array`` ...)."""
+        if self._lazy_at is not None:
+            self._materialize()
         try:
             slot: _Slot | None = None if tags else self._untagged.get(channel)
         except TypeError:  # an unhashable channel: _slot_for names it
@@ -660,6 +729,8 @@ class PointBatch:
         :meth:`series_chunks`): every chunk checked (its type against its series', its columns
         and tags readable) before any series is registered; returns the chunks with points,
         each typed by the enum member (which the buffer compares by identity)."""
+        if self._lazy_at is not None:
+            self._materialize()
         seen: dict[SeriesKey, ValueType] = {}
         out: list[Chunk] = []
         for chunk in chunks:
@@ -686,6 +757,8 @@ class PointBatch:
 
     def vtype_of(self, key: SeriesKey) -> ValueType | None:
         """The type of a series known to the batch, else None."""
+        if self._lazy_at is not None:
+            self._materialize()
         slot = self._by_key.get(key)
         return slot.vtype if slot is not None else None
 
@@ -743,7 +816,7 @@ class PointBatch:
                 buffer.add(*chunk)
         if loose is not None:
             codes, ts, vals = loose
-            buffer.add_loose(self._slots, codes, ts, vals, double_bytes(len(codes)))
+            buffer.add_loose(self._series_keys, codes, ts, vals, double_bytes(len(codes)))
 
     def _take_doubles(self) -> tuple[Any, Any, Any]:
         codes, ts, vals = self.doubles.take()
@@ -857,6 +930,7 @@ class PointBatch:
         if known is None:
             slot.code = len(self._slots)
             self._slots.append(slot)
+            self._series_keys.append(slot.key)
             self._by_key[slot.key] = slot
             known = slot
         if tags:
@@ -912,7 +986,7 @@ class PointBatch:
         n = len(flat) // 3
         code_list = flat[0::3]
         if code_list.count(code_list[0]) == n:  # one series (a count in C: one int object per code)
-            self._add_settled(self._slots[code_list[0]], np.fromiter(flat[1::3], np.int64, n), flat[2::3])
+            self._add_settled(self._real_slots()[code_list[0]], np.fromiter(flat[1::3], np.int64, n), flat[2::3])
             self.counted += n
             return
         self._settle_singles(np.fromiter(code_list, np.intp, n), np.fromiter(flat[1::3], np.int64, n), flat[2::3])
@@ -920,8 +994,10 @@ class PointBatch:
     def _settle_singles(self, codes: Any, ts: Any, vals: Any) -> None:
         """Points of many series, in arrival order (codes and ts int arrays, values an array or
         a list), into each series' chunks."""
+        if self._lazy_at is not None:
+            self._materialize()
         n = len(codes)
-        slots = self._slots
+        slots = self._real_slots()
         if codes[0] == codes[-1] and (codes == codes[0]).all():  # one series
             self._add_settled(slots[int(codes[0])], ts, vals)
             self.counted += n
@@ -976,7 +1052,7 @@ class PointBatch:
                 else:
                     joined = [v for p in parts for v in p[2]]
                     col = list(map(joined.__getitem__, order.tolist()))
-            self._add_settled(self._slots[code], ts, col)
+            self._add_settled(self._real_slots()[code], ts, col)
         self._rows = False
         self._fast_paths(True)
 

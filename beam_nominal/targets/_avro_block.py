@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -613,6 +614,8 @@ _JOIN_BELOW = 256
 _MANY_RECORDS = 64
 _FEW_POINTS = 16
 _DOUBLE = ValueType.DOUBLE
+_VALUE_TYPE, _TIMESTAMPS, _VALUES, _KEY = (attrgetter(f) for f in ("value_type", "timestamps", "values", "key"))
+_NAME, _TAGS = itemgetter(0), itemgetter(1)
 
 
 def _double_records(batches: list[SeriesBatch]) -> tuple[memoryview, int, int] | None:
@@ -623,32 +626,37 @@ def _double_records(batches: list[SeriesBatch]) -> tuple[memoryview, int, int] |
     runs into place. None, having written nothing, where a batch is anything else (another type,
     values not one float per timestamp, timestamps shared between batches, tags that are not
     text): the general path then encodes it or names the batch at fault."""
-    if any(b.value_type is not _DOUBLE for b in batches):
-        return None
-    stamps = [b.timestamps for b in batches]
+    # Every pass over the batches is a map in C (attrgetter, len): no Python code a record.
+    if set(map(id, map(_VALUE_TYPE, batches))) != {id(_DOUBLE)}:
+        return None  # (by identity, as everywhere: a str equal to a member is not one)
+    stamps = list(map(_TIMESTAMPS, batches))
     try:
         if sum(map(len, stamps)) > _FEW_POINTS * len(stamps):
             return None  # long records: the general path copies each as a few slices
     except TypeError:
         return None
-    if len({id(t) for t in stamps}) != len(stamps):
+    if len(set(map(id, stamps))) != len(stamps):
         return None  # wide records' shared timestamps: the general path encodes each once
     try:
+        columns = list(map(_VALUES, batches))
         ts = np.concatenate(stamps).astype(np.int64, casting="safe", copy=False)
-        vals = np.concatenate([b.values for b in batches]).astype("<f8", casting="same_kind", copy=False)
+        vals = np.concatenate(columns).astype("<f8", casting="same_kind", copy=False)
         counts = np.fromiter(map(len, stamps), np.int64, len(stamps))
         if ts.ndim != 1 or vals.shape != ts.shape or not counts.all():
             return None
-        if not all(len(b.values) == c for b, c in zip(batches, counts.tolist(), strict=True)):
+        if not np.array_equal(np.fromiter(map(len, columns), np.int64, len(columns)), counts):
             return None
-        keys = [b.key for b in batches]
-        names = [k[0] for k in keys]
+        keys = list(map(_KEY, batches))
+        names = list(map(_NAME, keys))
         joined = "".join(names)
         if not joined.isascii():
             return None
         name_bytes = np.frombuffer(joined.encode(), np.uint8)
         name_lens = np.fromiter(map(len, names), np.int64, len(names))
-        tags = b"".join([b"\x00\x00" if not k[1] else b"\x00" + _key_parts(k)[1] for k in keys])
+        if any(map(_TAGS, keys)):
+            tags = b"".join([b"\x00\x00" if not k[1] else b"\x00" + _key_parts(k)[1] for k in keys])
+        else:
+            tags = b"\x00\x00" * len(keys)
     except (TypeError, ValueError, AttributeError, IndexError, UnicodeEncodeError):
         return None
     tag_lens = (
@@ -683,9 +691,12 @@ def _double_records(batches: list[SeriesBatch]) -> tuple[memoryview, int, int] |
     starts[:, 4] = base[4]
     flat_lens = lens.ravel()
     total = int(flat_lens.sum())
+    # int32 indexes where they fit: the index is the largest array here, and half as wide is
+    # half the memory written and read.
+    itype: type[np.signedinteger[Any]] = np.int32 if total + len(src) < 2**31 else np.int64
     out_starts = np.cumsum(flat_lens) - flat_lens
-    index = np.arange(total, dtype=np.int64)
-    index += np.repeat(starts.ravel() - out_starts, flat_lens)
+    index: npt.NDArray[np.signedinteger[Any]] = np.arange(total, dtype=itype)
+    index += np.repeat((starts.ravel() - out_starts).astype(itype), flat_lens)
     return src[index].data, n, int(counts.sum())
 
 
