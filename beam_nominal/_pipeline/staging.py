@@ -56,7 +56,7 @@ from beam_nominal._pipeline.values import (
     text_bytes,
     value_bytes,
 )
-from beam_nominal.errors import ElementError, SeriesTypeError
+from beam_nominal.errors import ElementError, InputError, SeriesTypeError
 
 if TYPE_CHECKING:
     from beam_nominal._pipeline.buffer import Buffer
@@ -617,7 +617,7 @@ class PointBatch:
             if ts_pandas and self._zone is None and _naive_arrow(timestamps):
                 raise naive_error("pandas", f"pandas timestamps ({timestamps.type})")
             ts = np.array(timestamps_ns(timestamps, self._zone), dtype=np.int64, copy=True)
-        except (TypeError, ValueError) as exc:
+        except InputError as exc:
             raise ElementError("timestamps", f"channel {channel!r:.80}: {exc}") from None
         if _is_arrow_array(values):
             # Arrow (and pandas, by its missing rule) nulls are no points.
@@ -657,7 +657,7 @@ class PointBatch:
             self._materialize()
         try:
             table, container = frames.as_table(table, timestamp_column)
-        except (TypeError, ValueError) as exc:
+        except InputError as exc:
             raise ElementError("table", str(exc)) from None
 
         # Columns by position, each as one Array: looking 50 columns up by name and combining
@@ -676,7 +676,7 @@ class PointBatch:
             if container == "pandas" and self._zone is None and _naive_arrow(tcol):
                 raise naive_error("pandas", f"DataFrame timestamps {timestamp_column!r} ({tcol.type})")
             ts_all = arrow_timestamps_ns(tcol, self._zone, timestamp_column)
-        except (TypeError, ValueError) as exc:
+        except InputError as exc:
             raise ElementError(timestamp_column, str(exc)) from None
         # One copy the chunks own (Arrow's memory is the caller's), shared by every column
         # without nulls, as a wide record's columns share theirs.
@@ -890,14 +890,14 @@ class PointBatch:
         try:
             SeriesKey.of(channel)
             check_texts(channel, "channel name", (channel,))
-        except ValueError as exc:
+        except InputError as exc:
             raise ElementError(field, str(exc)) from None
         merged = {**dict(self._base), **tags} if tags and self._base else (tags or dict(self._base))
         try:
             key = SeriesKey.of(channel, merged)
             for k, v in key.tags:
                 check_texts(channel, "tag", (k, v))
-        except ValueError as exc:
+        except InputError as exc:
             raise ElementError("tags", str(exc)) from None
         return key
 
@@ -1157,7 +1157,7 @@ def _bad_value(channel: str, slot: _Slot, value: Any, got: str | None = None) ->
     if isinstance(value, str) and not value.isascii():
         try:
             check_texts(channel, "string", (value,))
-        except ValueError as exc:
+        except InputError as exc:
             return exc
     if slot.vtype is ValueType.INT64 and type(value) is int and value >= 0:
         return SeriesTypeError(
@@ -1182,7 +1182,7 @@ def _timestamp(ts: Any) -> int:
         return ts
     try:
         return timestamp_ns(ts)
-    except (TypeError, ValueError) as exc:
+    except InputError as exc:
         raise ElementError("timestamp", str(exc)) from None
 
 
@@ -1194,7 +1194,7 @@ def _zoned(zone: str) -> Callable[[Any], int]:
             return ts
         try:
             return timestamp_ns(ts, zone)
-        except (TypeError, ValueError) as exc:
+        except InputError as exc:
             raise ElementError("timestamp", str(exc)) from None
 
     return timestamp
