@@ -23,8 +23,7 @@
  *
  * The kernels: pack_doubles (a list of floats as packed doubles; its caller is
  * NominalStream.enqueue_float_array), join_into (the HTTP row body into a reused buffer;
- * scratch.py and values.py) and copy_column (a double column onto a series' open column;
- * buffer.py). A kernel's contract: what it reads comes in as arguments (buffers, arrays, lists)
+ * scratch.py and values.py). A kernel's contract: what it reads comes in as arguments (buffers, arrays, lists)
  * and what it makes goes out as its result or into a buffer it was given; it reads or writes no
  * Python object's attributes or __dict__ by name, calls no Python method, and keeps no state
  * between calls. NominalStream's writes are otherwise Python (stream.py), one implementation.
@@ -840,71 +839,6 @@ done:
     return result;
 }
 
-/* copy_column(ts_out, values_out, at, ts, values): the 1-D columns ts and values (8-byte
- * items, one length n, any strides) copied into ts_out[at:at + n] and values_out[at:at + n]
- * (C-contiguous, writable, 8-byte items). True, or False if a copied timestamp is -2**63 (no
- * timestamp: model.holds_int64_min), which the caller then does not count. The copy is checked
- * rather than the source: another thread may change a caller's array between a check and a copy.
- * Holds the GIL: columns are put under the stream's lock, and the copy is a memcpy's work. */
-static PyObject *
-copy_column(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "copy_column takes ts_out, values_out, at, ts, values");
-        return NULL;
-    }
-    Py_ssize_t at = PyLong_AsSsize_t(args[2]);
-    if (at < 0) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_ValueError, "copy_column: at must not be negative");
-        }
-        return NULL;
-    }
-    Py_buffer v[4];
-    int got = 0, found = 0;
-    PyObject *result = NULL;
-    for (; got < 4; got++) {
-        int flags = got < 2 ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_STRIDES;
-        PyObject *obj = got < 2 ? args[got] : args[got + 1];
-        if (PyObject_GetBuffer(obj, &v[got], flags) < 0) {
-            goto done;
-        }
-        if (v[got].itemsize != 8 || v[got].ndim != 1) {
-            got++;
-            PyErr_SetString(PyExc_TypeError, "copy_column: columns are 1-D, of 8-byte items");
-            goto done;
-        }
-    }
-    Py_ssize_t n = v[2].shape[0];
-    if (v[3].shape[0] != n || v[0].shape[0] - at < n || v[1].shape[0] - at < n) {
-        PyErr_SetString(PyExc_ValueError, "copy_column: the columns differ in length or do not fit");
-        goto done;
-    }
-    long long *t = (long long *)v[0].buf + at;
-    double *x = (double *)v[1].buf + at;
-    const char *ts = (const char *)v[2].buf, *vs = (const char *)v[3].buf;
-    Py_ssize_t ts_step = v[2].strides[0], vs_step = v[3].strides[0];
-    if (ts_step == 8 && vs_step == 8) {
-        memcpy(t, ts, (size_t)n * 8);
-        memcpy(x, vs, (size_t)n * 8);
-    }
-    else {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            memcpy(&t[i], ts + i * ts_step, 8);
-            memcpy(&x[i], vs + i * vs_step, 8);
-        }
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        found |= t[i] == LLONG_MIN;
-    }
-    result = PyBool_FromLong(!found);
-done:
-    for (int i = 0; i < got; i++) {
-        PyBuffer_Release(&v[i]);
-    }
-    return result;
-}
-
 /* pack_doubles(values): values.float_row of a list (exactly) of floats (exactly), its doubles
  * packed in native order as bytes; None for anything else, which float_row then takes (or
  * refuses). Its one caller is NominalStream.enqueue_float_array, where float_row's checks cost
@@ -933,8 +867,6 @@ pack_doubles(PyObject *module, PyObject *list)
 }
 
 static PyMethodDef module_methods[] = {
-    {"copy_column", (PyCFunction)(void (*)(void))copy_column, METH_FASTCALL,
-     "copy_column(ts_out, values_out, at, ts, values, /)\n--\n\nts and values copied into ts_out and values_out at index at; False if a timestamp is -2**63."},
     {"pack_doubles", (PyCFunction)pack_doubles, METH_O,
      "pack_doubles(values, /)\n--\n\nA list of floats packed as native doubles (bytes); None for anything else."},
     {"join_into", (PyCFunction)(void (*)(void))join_into, METH_FASTCALL,
@@ -945,7 +877,7 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef fastpath_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "beam_nominal._pipeline._fastpath",
-    .m_doc = "PointBatch's compiled paths: WriteDoFn.process and the batch's DoublePoints; and the kernels pack_doubles, join_into and copy_column (optional: beam_nominal runs without them).",
+    .m_doc = "PointBatch's compiled paths: WriteDoFn.process and the batch's DoublePoints; and the kernels pack_doubles and join_into (optional: beam_nominal runs without them).",
     .m_size = -1,
     .m_methods = module_methods,
 };

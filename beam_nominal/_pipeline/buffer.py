@@ -5,13 +5,6 @@ see ``staging.py``): numpy chunks for timestamps and numeric values, lists for s
 A series' type is pinned by its first chunk. The packer takes points off in first-seen series
 order (its deterministic order), joining a series' chunks once.
 
-Double columns the compiled ``enqueue_batch`` checked (``put_column``) are copied instead onto the
-end of one growable pair of arrays per series, its open column: a thousand series written 100
-points a call then reach the packer as one array pair each, with no chunk objects made per call
-and no join at the cut (grouped: ~10% less client CPU, docs/benchmarks.md). The open column
-follows the series' chunks; a chunk added after it closes it (it becomes a chunk, never written
-again, so a request may hold views of it).
-
 Single double points of many series arrive instead as loose points (``add_loose``): three
 columns (series code, int ns, float) in arrival order, codes numbered by the staging batch that
 made them, appended as they come with nothing made per series. The packer groups them once per
@@ -26,7 +19,7 @@ Nothing here is thread-safe; the stream serialises access with its lock.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,23 +30,10 @@ from beam_nominal._pipeline.sizes import double_bytes, series_overhead
 from beam_nominal.errors import SeriesTypeError
 from beam_nominal.model import SeriesKey, ValueType
 
-copy_column: Callable[[Any, Any, int, Any, Any], bool] | None
-try:
-    from beam_nominal._pipeline._fastpath import copy_column
-except ImportError:  # built without the C extension, whose enqueue_batch alone puts columns
-    copy_column = None
-
 __all__ = ["Buffer", "SeriesBuffer"]
 
-#: A double column of this many points or more is a chunk of its own rather than copied onto
-#: the open column: its chunk costs little a point, and growing a column of such calls cost
-#: more than joining them (deep, 100,000 points a call: ~5% more client CPU, more of it the
-#: kernel's, as request-sized columns took blocks from the pool's requests).
-OWN_CHUNK_ROWS = 4096
-
 I64 = npt.NDArray[np.int64]
-# Python 3.11's EnumType has a __getattr__, so ValueType.DOUBLE costs ~90 ns a lookup: once a
-# call on the column path.
+# ValueType.DOUBLE looked up once: Python 3.11's EnumType has a __getattr__ on every lookup.
 _DOUBLE = ValueType.DOUBLE
 
 
@@ -61,11 +41,8 @@ class SeriesBuffer:
     """The buffered points of one series, as column chunks, plus its pinned type."""
 
     __slots__ = (
-        "column",
-        "column_points",
         "dtype",
         "key",
-        "last_column",
         "nbytes",
         "overhead",
         "points",
@@ -84,11 +61,6 @@ class SeriesBuffer:
         self.points = 0
         self.nbytes = 0
         self.overhead = series_overhead(key)
-        #: The open column's (timestamps, values) arrays, its first column_points rows filled.
-        self.column: tuple[I64, Any] | None = None
-        self.column_points = 0
-        #: Points the last closed column held: the next one's first size (see _grown).
-        self.last_column = 0
 
     def conflict(self, got: str) -> SeriesTypeError:
         return SeriesTypeError(
@@ -96,62 +68,7 @@ class SeriesBuffer:
             f"got {got}. Nothing from this call was buffered."
         )
 
-    def put_column(self, ts: I64, values: Any) -> bool:
-        """Copy a checked double column onto the end of the open column (opened or grown as
-        needed); False, and nothing counted, if a copied timestamp is -2**63. The caller adds
-        the points to the counts."""
-        assert copy_column is not None, "put only by the compiled enqueue_batch"
-        rows = len(ts)
-        if rows >= OWN_CHUNK_ROWS:
-            # numpy's memory, as a copy of the caller's arrays was before the open column: a
-            # block would go back to the pool when the request is done, and the pool keeps up
-            # to 64 MiB of them idle, where memory freed by numpy goes back to the allocator
-            # (the stalled-server memory bound, tests/integration/test_bounded_resources.py).
-            own = np.empty(rows, np.int64), np.empty(rows, self.dtype)
-            if not copy_column(own[0], own[1], 0, ts, values):
-                return False
-            self._close_column()
-            self.ts_chunks.append(own[0])
-            self.val_chunks.append(own[1])
-            return True
-        at = self.column_points
-        end = at + rows
-        column = self.column
-        if column is None or end > len(column[0]):
-            column = self.column = self._grown(end)
-        if not copy_column(column[0], column[1], at, ts, values):
-            return False
-        self.column_points = end
-        return True
-
-    def _grown(self, rows: int) -> tuple[I64, Any]:
-        """A new open column for at least ``rows`` points, holding what the open one holds.
-
-        A new one is as long as the series' last column was filled: a series written at a
-        steady rate fills about as much between two cuts, so its column rarely grows (each
-        growth copies, in Python). When it does grow, by half again: the spare rows of a
-        growing column stay within the budget's estimate of a double (24 bytes against 16
-        stored). A series whose rate drops holds spare rows for one column, as many as it
-        last held points."""
-        old, at = self.column, self.column_points
-        size = max(rows, self.last_column) if old is None else max(rows, len(old[0]) * 3 // 2)
-        # Large ones from blocks, as a join's: a column of a long series is request-sized.
-        ts, vals = blocks.empty(size, np.int64), blocks.empty(size, self.dtype)
-        if old is not None:
-            ts[:at] = old[0][:at]
-            vals[:at] = old[1][:at]
-        return ts, vals
-
-    def _close_column(self) -> None:
-        column, at = self.column, self.column_points
-        if column is not None:
-            self.column, self.column_points, self.last_column = None, 0, at
-            if at:
-                self.ts_chunks.append(column[0][:at])
-                self.val_chunks.append(column[1][:at])
-
     def _consolidate(self) -> tuple[I64, Any]:
-        self._close_column()
         if len(self.ts_chunks) == 1:
             return self.ts_chunks[0], self.val_chunks[0]
         ts = _joined(self.ts_chunks, self.points)
@@ -251,8 +168,6 @@ class Buffer:
         stops = [*ends.tolist(), len(codes)]
         for start, stop, code in zip(starts, stops, codes[starts].tolist(), strict=True):
             s = self._series(series[code], _DOUBLE)
-            if s.column is not None:
-                s._close_column()
             s.ts_chunks.append(ts[start:stop])
             s.val_chunks.append(vals[start:stop])
             s.points += stop - start
@@ -265,8 +180,6 @@ class Buffer:
         if self.loose:
             self._spill_loose()
         s = self._series(key, vtype)
-        if s.column is not None:
-            s._close_column()
         n = len(timestamps)
         s.ts_chunks.append(timestamps)
         s.val_chunks.append(values)
@@ -274,22 +187,6 @@ class Buffer:
         s.nbytes += nbytes
         self.points += n
         self.nbytes += nbytes
-
-    def put_double_column(self, key: SeriesKey, timestamps: I64, values: Any, nbytes: int) -> bool:
-        """:meth:`add` of a double column checked but for -2**63 timestamps, copied onto the
-        series' open column (the caller may reuse its arrays); False, and nothing added, if a
-        timestamp is -2**63."""
-        if self.loose:
-            self._spill_loose()
-        s = self._series(key, _DOUBLE)
-        if not s.put_column(timestamps, values):
-            return False
-        n = len(timestamps)
-        s.points += n
-        s.nbytes += nbytes
-        self.points += n
-        self.nbytes += nbytes
-        return True
 
     def _series(self, key: SeriesKey, vtype: ValueType) -> SeriesBuffer:
         s = self.series.get(key)

@@ -1,6 +1,5 @@
 """The byte estimates a stream budgets with: what a point, a series and a request are taken to
-cost once encoded. One definition each; staging, the buffer, the packer and the compiled writes
-(``_fastpath.c`` mirrors ``POINT_BYTES``) all use these.
+cost once encoded. One definition each; staging, the buffer and the packer all use these.
 
 They are estimates for cutting requests to ``max_request_bytes``, not exact sizes: the encoders
 write fixed-width timestamps (``TS_BYTES``) and a value in at most ``FIXED_VALUE_BYTES``; text

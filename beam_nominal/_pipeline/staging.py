@@ -250,20 +250,6 @@ class PointBatch:
         #: by the one other copy of the fast path, the compiled ``WriteDoFn.process``
         #: (``_fastpath.c``, which holds ``fast`` and ``doubles``; see ``on_rebind``).
         self.fast: dict[str, int] = self._all_fast
-        #: Untagged channels whose series is double -> its key: the columns the compiled
-        #: ``NominalStream.enqueue_batch`` takes (int64 and float64 arrays, as ``series_chunks``'
-        #: own fast path). Never closed: a column settles what is pending before it.
-        self.fast_columns: dict[str, SeriesKey] = {}
-        #: Untagged channels whose series is a double array (a string array) -> code: what the
-        #: compiled ``NominalStream.enqueue_float_array`` (``enqueue_string_array``) of
-        #: ``_fastpath.c`` takes a list of floats (of ASCII strs) for, converted as
-        #: ``values.float_row`` (``string_row``) converts it. Empty while rows are pending, as
-        #: ``fast``: arrays are never in rows (records holding them go point by point), but the
-        #: Python path settles the rows first, and the compiled one must do what it does.
-        self._all_fast_arrays: dict[str, int] = {}
-        self._all_fast_string_arrays: dict[str, int] = {}
-        self.fast_arrays: dict[str, int] = self._all_fast_arrays
-        self.fast_string_arrays: dict[str, int] = self._all_fast_string_arrays
         #: tag items as given -> the block the last record with those tags went to.
         self._last_block: dict[tuple[Any, ...], _Block] = {}
         self._blocks: dict[tuple[Any, ...], _Block] = {}
@@ -386,7 +372,6 @@ class PointBatch:
         self._by_key.update(zip(keys, made, strict=True))
         self._untagged.update(zip(names, made, strict=True))
         if set(map(type, names)) == {str}:
-            self.fast_columns.update(zip(names, keys, strict=True))
             self._all_fast.update(zip(names, codes, strict=True))
         else:  # str subclasses: _register decides which may take the fast maps
             for slot, name in zip(made, names, strict=True):
@@ -403,7 +388,7 @@ class PointBatch:
         double series (its code, key and fast-path entry stay)."""
         start, self._lazy_at = self._lazy_at, None
         slots, keys = self._slots, self._series_keys
-        by_key, untagged, columns = self._by_key, self._untagged, self.fast_columns
+        by_key, untagged = self._by_key, self._untagged
         for code in range(start or 0, len(slots)):
             if slots[code] is None:
                 key = keys[code]
@@ -413,7 +398,6 @@ class PointBatch:
                 slots[code] = slot
                 by_key[key] = slot
                 untagged[key.channel] = slot
-                columns[key.channel] = key
 
     def _append(self, slot: _Slot, t: int, value: Any) -> None:
         """A checked point onto ``doubles`` or the flat list (the checked paths' one way there)."""
@@ -938,28 +922,16 @@ class PointBatch:
         else:
             self._untagged[channel] = known
             if type(channel) is not str and not _c_level_str(type(channel)):
-                # Its __eq__ (Python code) would run whenever a str of its name is looked up in the
-                # maps, as the compiled NominalStream writes do under the stream's lock, where a
-                # Ctrl+C in it hangs (_fastpath.c, plain_channel). The checked paths take it.
+                # Its __eq__ (Python code) would run whenever a str of its name is looked up in
+                # ``fast``, as the compiled ``WriteDoFn.process`` does: the checked paths take it.
                 return
-            if known.vtype is ValueType.DOUBLE:
-                self.fast_columns[channel] = known.key
-                if known.unchecked is float:
-                    self._all_fast[channel] = known.code
-            elif known.vtype is ValueType.DOUBLE_ARRAY:
-                self._all_fast_arrays[channel] = known.code
-            elif known.vtype is ValueType.STRING_ARRAY:
-                self._all_fast_string_arrays[channel] = known.code
+            if known.vtype is ValueType.DOUBLE and known.unchecked is float:
+                self._all_fast[channel] = known.code
 
     def _fast_paths(self, on: bool) -> None:
-        """Open or close the fast paths (``fast`` and the compiled writes' maps): closed while
-        rows are pending, so that a single point settles them first."""
-        if on:
-            self.fast = self._all_fast
-            self.fast_arrays = self._all_fast_arrays
-            self.fast_string_arrays = self._all_fast_string_arrays
-        else:
-            self.fast = self.fast_arrays = self.fast_string_arrays = _NO_FAST
+        """Open or close the fast path (``fast``): closed while rows are pending, so that a
+        single point settles them first."""
+        self.fast = self._all_fast if on else _NO_FAST
         self._rebound()
 
     def _rebound(self) -> None:
@@ -1108,8 +1080,7 @@ def _c_level_str(cls: type) -> bool:
 
 def double_column(key: SeriesKey, ts: Any, values: Any) -> Chunk:
     """The chunk of a checked double column (int64 ns, float64 values, copies the chunk owns):
-    ``series_chunks``' fast path; the compiled ``enqueue_batch``'s (``_Core.put_double_column``)
-    puts the same into the buffer without the chunk."""
+    ``series_chunks``' fast path."""
     return Chunk(key, ValueType.DOUBLE, ts, values, double_bytes(len(ts)))
 
 

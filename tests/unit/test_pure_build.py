@@ -13,7 +13,7 @@ PURE = os.environ.get("BEAM_NOMINAL_TEST_PURE") == "1"
 
 _CHECK = """
 import importlib
-from beam_nominal._pipeline import buffer, staging, values
+from beam_nominal._pipeline import staging, values
 from beam_nominal._wire import scratch
 from beam_nominal.beam._dofn import WriteDoFn, _PythonProcess
 try:
@@ -26,7 +26,7 @@ print(
     compiled_importable,
     WriteDoFn.process is _PythonProcess.process,
     staging.DoublePoints is staging._DoublePoints,
-    buffer.copy_column is None and values.join_into is None and scratch.join_into is None,
+    values.join_into is None and scratch.join_into is None,
 )
 """
 
