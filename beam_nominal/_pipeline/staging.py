@@ -51,6 +51,7 @@ from beam_nominal._pipeline.values import (
     describe,
     double_rows_column,
     float_row,
+    refuse_masked,
     string_row,
     struct_json,
     text_bytes,
@@ -597,6 +598,7 @@ class PointBatch:
             raise ElementError(
                 "values", f"channel {channel!r:.80}: {len(timestamps)} timestamps but {len(values)} values"
             )
+        refuse_masked(channel, "timestamps", timestamps)
         try:
             if ts_pandas and self._zone is None and _naive_arrow(timestamps):
                 raise naive_error("pandas", f"pandas timestamps ({timestamps.type})")

@@ -242,9 +242,8 @@ def float_row(channel: str, row: Any) -> Any:
         n = len(row)
         packer = _ROW_PACKERS.get(n) or _row_packer(n)
         try:
-            # struct converts a list of numbers in about two thirds of the instructions
-            # array('d', row) takes (callgrind: 178,000 against 273,000 a row of 512), with the
-            # same rules (__float__, then __index__).
+            # struct converts a list of numbers with array('d', row)'s rules (__float__, then
+            # __index__) at less cost.
             packed = packer(*row)
         except struct.error as exc:
             raise _not_numbers(channel, row, exc) from None
@@ -255,10 +254,9 @@ def float_row(channel: str, row: Any) -> Any:
         # by element. (A list comparison missed numpy ints, which compare with floats lossily.)
         if packed[_TOP_BYTE::8].translate(None, _TOP_BYTES_BELOW_2_49):
             _check_exact_ints(channel, row)
-        # Kept as bytes: an array('d') of them costs as many instructions again as the packing.
-        # Not checked here, at the cost of a pass over the row (an element-type check, +6% a
-        # call at width 8, +22% at 512 by callgrind; rows of numpy floats would pack 3x slower): a numpy
-        # complex number, which struct packs as its real part (numpy warns ComplexWarning).
+        # Kept as bytes: an array('d') of them would cost as much again as the packing.
+        # Not checked here, as it would cost a pass over the row: a numpy complex number, which
+        # struct packs as its real part (numpy warns ComplexWarning).
         # Tuples, ndarrays and every other sequence are checked (float_array_row).
         return packed
     return float_array_row(channel, row)
@@ -333,10 +331,21 @@ def float_array_row(channel: str, row: Any) -> npt.NDArray[np.float64]:
         _check_exact_ints(channel, row.ravel().tolist())
     elif not isinstance(row, (np.ndarray, _array)):
         _check_exact_ints(channel, row)
+    if isinstance(row, np.ma.MaskedArray) and np.ma.getmaskarray(row).any():
+        raise InvalidValueError(f"channel {channel!r}: a double array with masked elements: {_MASKED}")
     try:
         arr = np.array(row, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise InvalidTypeError(f"channel {channel!r}: a double array must be a sequence of numbers: {exc}") from None
+    if not (isinstance(row, np.ndarray) and row.dtype.kind in "fiu") and np.isnan(arr).any():
+        # numpy makes None NaN: only a NaN given as a float is one.
+        items = row.ravel().tolist() if isinstance(row, np.ndarray) else list(row)
+        missing = next((i for i, v in enumerate(items) if v is None), None)
+        if missing is not None:
+            raise InvalidTypeError(
+                f"channel {channel!r}: a double array holds None at index {missing}: a missing element has no "
+                "double; give float('nan') if NaN is meant, or drop the point"
+            )
     if arr.ndim != 1:
         raise InvalidTypeError(f"channel {channel!r}: a double array must be 1-D, got shape {arr.shape}")
     return arr
@@ -347,8 +356,7 @@ def string_row(channel: str, row: Any) -> tuple[str, ...]:
 
     A tuple, not a list: the garbage collector stops tracking a tuple of strs at its first
     collection, where it walks a list's strings at every collection for as long as the row is
-    buffered (collections were ~8,000 of ~32,000 instructions a row of 32 strings; figures in
-    docs/benchmarks.md).
+    buffered (docs/benchmarks.md, "Measurements behind design choices").
     """
     out: tuple[Any, ...]
     if type(row) is list or type(row) is tuple:
@@ -382,8 +390,20 @@ _I64 = np.dtype(np.int64)
 _DOUBLE = ValueType.DOUBLE
 
 
+#: What to do with a numpy masked array, whose mask numpy's conversions drop.
+_MASKED = "numpy drops the mask when converting; pass the unmasked points (e.g. values[~values.mask])"
+
+
+def refuse_masked(channel: str, what: str, values: Any) -> None:
+    """A masked numpy array with a masked element is refused: converting it would land the
+    masked slots' data."""
+    if isinstance(values, np.ma.MaskedArray) and np.ma.getmaskarray(values).any():
+        raise InvalidValueError(f"channel {channel!r}: {what} with masked elements: {_MASKED}")
+
+
 def column(channel: str, values: Any, pinned: ValueType | None) -> tuple[ValueType, Any, int]:
     """Normalise a batch of values: (value type, values in SeriesBatch form, value bytes)."""
+    refuse_masked(channel, "values", values)
     if type(values) is np.ndarray and values.dtype == _F64 and values.ndim == 1:
         # The common numpy case first, without the general dispatch below.
         check_pin(channel, pinned, ValueType.DOUBLE)
@@ -502,6 +522,13 @@ def arrow_column(name: str, col: Any, pinned: ValueType | None) -> tuple[ValueTy
         rows = [string_row(name, r) for r in col.to_pylist()]  # refuses a null item, naming it
         return check_pin(name, pinned, ValueType.STRING_ARRAY), rows, value_bytes(ValueType.STRING_ARRAY, rows)
     if kind == "number_list":
+        import pyarrow.compute as pc
+
+        if pc.list_flatten(col).null_count:  # to_numpy would give NaN for it
+            raise InvalidValueError(
+                f"column {name!r}: a double array holds a null element: a missing element has no double; "
+                "give NaN if NaN is meant, or drop the row"
+            )
         frows = [np.asarray(r.values.to_numpy(zero_copy_only=False), dtype=np.float64) for r in col]
         return check_pin(name, pinned, ValueType.DOUBLE_ARRAY), frows, value_bytes(ValueType.DOUBLE_ARRAY, frows)
     if kind == "struct":

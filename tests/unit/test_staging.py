@@ -930,3 +930,37 @@ def _bits(values: object) -> object:
     if isinstance(values, np.ndarray) and values.dtype == np.float64:
         return values.view(np.uint64).tolist()  # NaN payloads and -0.0 compared exactly
     return [v.hex() if isinstance(v, float) else v for v in np.asarray(values, dtype=object).tolist()]
+
+
+_T = 1_700_000_000_000_000_000
+
+
+@pytest.mark.parametrize("row", [(1.0, None), [1.0, None], np.array([1.0, None], dtype=object)])
+def test_a_none_in_a_double_array_is_refused_not_made_nan(row: Any) -> None:
+    batch = PointBatch()
+    with pytest.raises(TypeError, match="None"):
+        batch.add_point("a", _T, row, None)
+    assert batch.points == 0
+    batch.add_point("a", _T, (1.0, float("nan")), None)  # a NaN given as a float is one
+    assert np.isnan(batch.take()[0].values[0][1])
+
+
+def test_a_null_element_in_an_arrow_double_list_is_refused_not_made_nan() -> None:
+    arr = pa.array([[1.0, None], [2.0]], pa.list_(pa.float64()))
+    table = pa.table({"timestamp": pa.array([_T, _T + 1]), "arr": arr})
+    batch = PointBatch()
+    with pytest.raises(ValueError, match="'arr': a double array holds a null element"):
+        batch.add_table(table, "timestamp")
+    assert batch.points == 0
+
+
+@pytest.mark.parametrize("part", ["timestamps", "values"])
+def test_a_masked_array_with_masked_elements_is_refused(part: str) -> None:
+    ts, vals = np.arange(_T, _T + 3), np.array([1.0, 2.0, 3.0])
+    masked = np.ma.masked_array(ts if part == "timestamps" else vals, mask=[False, True, False])
+    batch = PointBatch()
+    with pytest.raises(ValueError, match=f"{part} with masked elements"):
+        batch.add_series("a", masked if part == "timestamps" else ts, masked if part == "values" else vals)
+    assert batch.points == 0
+    batch.add_series("a", np.ma.masked_array(ts), np.ma.masked_array(vals))  # nothing masked: as given
+    assert batch.take()[0].values.tolist() == [1.0, 2.0, 3.0]
