@@ -20,8 +20,9 @@ from _bad_inputs import CASES, Case, Failed, Point, exact
 from _stream_fakes import RecordingTarget
 
 from beam_nominal.beam import FailedElement
-from beam_nominal.beam._dofn import SinkConfig, WriteDoFn, _PythonProcess
+from beam_nominal.beam._dofn import SinkConfig, WriteDoFn
 from beam_nominal.stream import NominalStream
+from tests.unit._dofns import PythonWriteDoFn
 
 B = 1_700_000_000_000_000_000
 # Good points before and after every case, of series no case uses.
@@ -42,13 +43,6 @@ def as_points(got: dict[Any, list[tuple[int, object]]]) -> list[tuple[Any, ...]]
 def expected(points: list[Point]) -> list[tuple[Any, ...]]:
     return sorted((ch, tuple(sorted(tags.items())), t, exact(v)) for ch, tags, _vt, t, v in points)
 
-
-if issubclass(WriteDoFn, _PythonProcess):  # the pure build (make pure): WriteDoFn is that already
-    PythonWriteDoFn = WriteDoFn
-else:
-
-    class PythonWriteDoFn(_PythonProcess, WriteDoFn):  # type: ignore[misc,no-redef]
-        """WriteDoFn where its compiled process is not built."""
 
 
 @pytest.fixture(params=["compiled", "python"])

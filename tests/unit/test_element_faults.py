@@ -13,18 +13,12 @@ from beam_nominal import errors
 from beam_nominal._pipeline import staging
 from beam_nominal._pipeline.staging import PointBatch
 from beam_nominal.beam import _elements
-from beam_nominal.beam._dofn import SinkConfig, WriteDoFn, _PythonProcess
+from beam_nominal.beam._dofn import SinkConfig, WriteDoFn
+from tests.unit._dofns import PythonWriteDoFn
 
 B = 1_700_000_000_000_000_000
 #: The class names a FailedElement's error may have: the checks' own errors.
 _INPUT_ERRORS = {"ElementError", "InvalidTypeError", "InvalidValueError", "SeriesTypeError"}
-
-if issubclass(WriteDoFn, _PythonProcess):  # the pure build: WriteDoFn is that already
-    PythonWriteDoFn = WriteDoFn
-else:
-
-    class PythonWriteDoFn(_PythonProcess, WriteDoFn):  # type: ignore[misc,no-redef]
-        """WriteDoFn where its compiled process is not built."""
 
 
 @pytest.fixture(params=["compiled", "python"])

@@ -19,7 +19,8 @@ import pytest
 from _stream_fakes import RecordingTarget
 
 from beam_nominal._pipeline.staging import PointBatch
-from beam_nominal.beam._dofn import SinkConfig, WriteChunksDoFn, WriteDoFn, _PythonProcess
+from beam_nominal.beam._dofn import SinkConfig, WriteChunksDoFn, WriteDoFn
+from tests.unit._dofns import IMPLEMENTATIONS, PythonWriteDoFn
 
 B = 1_700_000_000_000_000_000
 
@@ -84,17 +85,6 @@ def _batch() -> PointBatch:
     batch = PointBatch()
     batch.add_point("c", B - 1, 0.25, None)  # makes "c" a known double series
     return batch
-
-
-if issubclass(WriteDoFn, _PythonProcess):  # the pure build (make pure): WriteDoFn is that already
-    PythonWriteDoFn = WriteDoFn
-else:
-
-    class PythonWriteDoFn(_PythonProcess, WriteDoFn):  # type: ignore[misc,no-redef]
-        """WriteDoFn as it is where the compiled module is not built."""
-
-
-IMPLEMENTATIONS = {"compiled": WriteDoFn, "python": PythonWriteDoFn}
 
 
 @pytest.mark.compiled
