@@ -4,11 +4,12 @@ process, importing this checkout; and reading back what it wrote to the local se
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from _readme import readme_block
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN_VAR = "BEAM_NOMINAL_TEST_TOKEN"
@@ -87,11 +88,7 @@ pipeline:
 
 def readme_yaml() -> str:
     """README.md's Beam YAML example, as printed."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Beam YAML") :]
-    block = re.search(r"^```yaml\n(.*?)^```", section, flags=re.S | re.M)
-    assert block is not None
-    return block.group(1)
+    return readme_block("## Beam YAML", "yaml")
 
 
 #: What README.md's example lands as, in the embedded server's default dataset.

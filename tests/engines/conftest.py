@@ -8,11 +8,13 @@ after a failure.
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import socket
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,6 +56,25 @@ def prism_binary() -> str:
         f"Prism v{engines.beam_version()} is not built at {path}: run `make engines` (it needs Go)",
     )
     return str(path)
+
+
+@pytest.fixture
+def prism_home(tmp_path: Path, prism_binary: str) -> Path:
+    """A home directory whose Beam cache holds the Prism release archive the DirectRunner looks
+    for (it downloads one there; here the download cannot be made, so the built binary is put
+    there under the release's name). Runs that set ``HOME`` to it start Prism with no runner named."""
+    from apache_beam.runners.portability.prism_runner import PrismJobServer
+    from apache_beam.version import __version__ as beam_version
+
+    version = f"v{beam_version}"
+    url = PrismJobServer._construct_download_url(version, version, platform.system(), platform.machine())
+    home = tmp_path / "home"
+    cache = home / ".apache_beam" / "cache" / "prism" / "bin"
+    cache.mkdir(parents=True)
+    # The release's archive holds the binary under the archive's name without ``.zip``.
+    with zipfile.ZipFile(cache / os.path.basename(url), "w", zipfile.ZIP_STORED) as z:
+        z.write(prism_binary, os.path.basename(url).removesuffix(".zip"))
+    return home
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:

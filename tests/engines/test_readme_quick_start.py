@@ -8,16 +8,12 @@ here the download cannot be made, and the DirectRunner would fall back to its Py
 from __future__ import annotations
 
 import os
-import platform
-import re
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
-from apache_beam.runners.portability.prism_runner import PrismJobServer
-from apache_beam.version import __version__ as beam_version
+from _readme import readme_block
 
 from beam_nominal.server import LocalStore
 
@@ -25,27 +21,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def quick_start_block() -> str:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Quick start: a Beam pipeline") :]
-    block = re.search(r"^```python\n(.*?)^```", section, flags=re.S | re.M)
-    assert block is not None
-    return block.group(1)
+    return readme_block("## Quick start: a Beam pipeline", "python")
 
 
 @pytest.mark.timeout(300)
-def test_readme_quick_start_runs_on_prism(tmp_path: Path, prism_binary: str) -> None:
+def test_readme_quick_start_runs_on_prism(tmp_path: Path, prism_home: Path) -> None:
     block = quick_start_block()
     assert "beam.Pipeline()" in block  # no runner named: what a Beam user types first
-    version = f"v{beam_version}"
-    url = PrismJobServer._construct_download_url(version, version, platform.system(), platform.machine())
-    cache = tmp_path / "home" / ".apache_beam" / "cache" / "prism" / "bin"
-    cache.mkdir(parents=True)
-    # The release's archive holds the binary under the archive's name without ``.zip``.
-    with zipfile.ZipFile(cache / os.path.basename(url), "w", zipfile.ZIP_STORED) as z:
-        z.write(prism_binary, os.path.basename(url).removesuffix(".zip"))
     work = tmp_path / "work"
     work.mkdir()
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "HOME": str(prism_home), "PYTHONPATH": str(ROOT)}
     # INFO logging only to see which runner ran it; the block itself runs unchanged.
     runner = "import logging, sys; logging.basicConfig(level=logging.INFO); exec(sys.stdin.read())"
     done = subprocess.run(

@@ -7,16 +7,11 @@ DirectRunner runs on Prism."""
 from __future__ import annotations
 
 import json
-import os
-import platform
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _yaml_run import CSV_WANT, README_WANT, TOKEN_VAR, csv_pipeline, read_back, readme_yaml, run_yaml
-from apache_beam.runners.portability.prism_runner import PrismJobServer
-from apache_beam.version import __version__ as beam_version
 
 import beam_nominal.yaml as nominal_yaml
 from beam_nominal.server import LocalServer, LocalStore
@@ -47,18 +42,11 @@ def test_csv_rows_land_exactly_on_prism(server: Any, tmp_path: Path, prism_binar
     assert "has no timezone" in lines[0]["msg"]
 
 
-def test_the_readme_yaml_example_runs_on_prism_with_no_runner_named(tmp_path: Path, prism_binary: str) -> None:
-    """The DirectRunner takes Prism from Beam's cache in the home directory (where it keeps the
-    one it downloads); here the download cannot be made, so the binary is put there."""
-    version = f"v{beam_version}"
-    url = PrismJobServer._construct_download_url(version, version, platform.system(), platform.machine())
-    cache = tmp_path / "home" / ".apache_beam" / "cache" / "prism" / "bin"
-    cache.mkdir(parents=True)
-    with zipfile.ZipFile(cache / os.path.basename(url), "w", zipfile.ZIP_STORED) as z:
-        z.write(prism_binary, os.path.basename(url).removesuffix(".zip"))
+def test_the_readme_yaml_example_runs_on_prism_with_no_runner_named(tmp_path: Path, prism_home: Path) -> None:
+    """The DirectRunner takes Prism from Beam's cache in the home directory."""
     work = tmp_path / "work"
     work.mkdir()
-    done = run_yaml(readme_yaml(), work, env={"HOME": str(tmp_path / "home")})
+    done = run_yaml(readme_yaml(), work, env={"HOME": str(prism_home)})
     assert done.returncode == 0, done.stderr[-4000:]
     assert "Running pipeline with PrismRunner" in done.stderr and "Falling back" not in done.stderr, done.stderr[-4000:]
     got = read_back(LocalStore(work / "nominal-data"), "ri.beam-nominal.local.dataset")
