@@ -794,11 +794,15 @@ class NominalStream:
                 c.check_open()
                 if c.full:
                     c.wait_room()
-            if tags or not staged.add_fast(channel, timestamp, value):
+            held = 0 if tags else staged.add_fast(channel, timestamp, value)
+            if not held:
                 staged.add_point(channel, timestamp, value, tags)
             if c.first_buffered_at is None:
                 c.first_buffered_at = c.clock()
-            if not staged.singles_due(c.settle_singles) and staged.nbytes < c.max_bytes:
+            if held:
+                if held < c.settle_singles:
+                    return
+            elif not staged.singles_due(c.settle_singles) and staged.nbytes < c.max_bytes:
                 return
             reqs = c.settled()
         finally:

@@ -286,10 +286,11 @@ class PointBatch:
 
     # -- single points -----------------------------------------------------------------------------
 
-    def add_fast(self, channel: Any, ts: Any, value: Any) -> bool:
+    def add_fast(self, channel: Any, ts: Any, value: Any) -> int:
         """Append a point of a known untagged double series whose value is a float and timestamp
-        an int ns, or do nothing and return False (the caller then takes the checked path,
-        :meth:`add_point`).
+        an int ns and return how many such points ``doubles`` now holds (what a caller compares
+        with its hand-over limit: the point adds nothing else to count); or do nothing and
+        return 0 (the caller then takes the checked path, :meth:`add_point`).
 
         The hot path of the package: three type tests and a dict lookup, and the point goes to
         ``doubles`` in one append. The compiled ``WriteDoFn.process`` (``_fastpath.c``)
@@ -304,12 +305,13 @@ class PointBatch:
             except (TypeError, ValueError):  # an unhashable channel
                 # (ValueError: a channel whose __hash__ raises it; the checked path makes that a
                 # FailedElement, as the compiled WriteDoFn.process does, not a failed bundle)
-                return False
+                return 0
             if code is None:
-                return False
-            self.doubles.append(code, ts, value)
-            return True
-        return False
+                return 0
+            doubles = self.doubles
+            doubles.append(code, ts, value)
+            return len(doubles)
+        return 0
 
     def add_point(self, channel: Any, ts: Any, value: Any, tags: Any) -> None:
         """One point; ``tags`` (a mapping or None) are merged over the batch's tags."""

@@ -236,10 +236,12 @@ class _PythonProcess:
 
     def process(self: _Writer, element: Any) -> Iterable[FailedElement]:
         # A tuple is the commonest plain point; other shapes' readers call add_fast themselves.
-        if type(element) is tuple and len(element) == 3 and self._batch.add_fast(*element):
-            if len(self._batch.doubles) >= self._fast_limit:
-                self._handover()
-            return ()
+        if type(element) is tuple and len(element) == 3:
+            held = self._batch.add_fast(*element)
+            if held:
+                if held >= self._fast_limit:
+                    self._handover()
+                return ()
         return self._slow(element)
 
     def _bind_fast(self, *what: Any) -> None:

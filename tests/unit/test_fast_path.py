@@ -155,7 +155,7 @@ def test_process_and_add_fast_take_the_same_points(dofn: WriteDoFn, shape: str, 
     element = SHAPES[shape](*point)
     reference = _batch()
     flat = _doubles(reference)
-    took = reference.add_fast(*point)
+    took = bool(reference.add_fast(*point))
     inline, appended = _taken_inline(dofn, element)
     if isinstance(dofn, PythonWriteDoFn) and shape != "tuple":
         took = False  # the Python process leaves these to their readers, which call add_fast

@@ -171,7 +171,8 @@ def test_add_fast_takes_only_floats_of_known_untagged_double_series() -> None:
     b.add_point("s", BASE, "text", None)
     b.add_point("i", BASE, 1, None)
     b.add_point("t", BASE, 1.0, {"k": "v"})
-    assert b.add_fast("x", BASE + 1, 2.0)
+    held = len(b.doubles)
+    assert b.add_fast("x", BASE + 1, 2.0) == held + 1  # the single doubles now held
     refused = [
         ("x", BASE, 1),  # an int: a double series refuses it, on the checked path
         ("x", 1.5, 1.0),
