@@ -74,31 +74,29 @@ pipeline:
     ]
 
 
-def test_a_token_in_the_yaml_is_refused(tmp_path: Path) -> None:
-    pipeline = f"""
+def _one_row(sink_config: str) -> str:
+    """A pipeline of one row into WriteToNominal configured by ``sink_config`` (YAML flow
+    mapping items), with the provider inline."""
+    return f"""
 pipeline:
   type: chain
   transforms:
     - type: Create
       config: {{elements: [{{t: {T0}, rpm: 1.5}}]}}
     - type: WriteToNominal
-      config: {{target: "grpc://127.0.0.1:1", dataset_rid: {RID}, token: "abc123-literal"}}
+      config: {{{sink_config}}}
 {INLINE}"""
+
+
+def test_a_token_in_the_yaml_is_refused(tmp_path: Path) -> None:
+    pipeline = _one_row(f'target: "grpc://127.0.0.1:1", dataset_rid: {RID}, token: "abc123-literal"')
     done = run_yaml(pipeline, tmp_path, FN_API)
     assert done.returncode != 0
     assert "takes no token" in done.stderr and "token_env" in done.stderr, done.stderr[-4000:]
 
 
 def test_an_unset_token_variable_fails_naming_it(server: Any, tmp_path: Path) -> None:
-    pipeline = f"""
-pipeline:
-  type: chain
-  transforms:
-    - type: Create
-      config: {{elements: [{{t: {T0}, rpm: 1.5}}]}}
-    - type: WriteToNominal
-      config: {{target: {server.target}, dataset_rid: {RID}, token_env: BEAM_NOMINAL_TEST_UNSET_VAR}}
-{INLINE}"""
+    pipeline = _one_row(f"target: {server.target}, dataset_rid: {RID}, token_env: BEAM_NOMINAL_TEST_UNSET_VAR")
     done = run_yaml(pipeline, tmp_path, FN_API, env={"BEAM_NOMINAL_TEST_UNSET_VAR": ""})
     assert done.returncode != 0
     assert "environment variable BEAM_NOMINAL_TEST_UNSET_VAR is not set" in done.stderr, done.stderr[-4000:]
