@@ -331,8 +331,7 @@ def float_array_row(channel: str, row: Any) -> npt.NDArray[np.float64]:
         _check_exact_ints(channel, row.ravel().tolist())
     elif not isinstance(row, (np.ndarray, _array)):
         _check_exact_ints(channel, row)
-    if isinstance(row, np.ma.MaskedArray) and np.ma.getmaskarray(row).any():
-        raise InvalidValueError(f"channel {channel!r}: a double array with masked elements: {_MASKED}")
+    refuse_masked(channel, "a double array", row)
     try:
         arr = np.array(row, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -390,6 +389,7 @@ _I64 = np.dtype(np.int64)
 _DOUBLE = ValueType.DOUBLE
 
 
+_MASKED_ARRAY = np.ma.MaskedArray
 #: What to do with a numpy masked array, whose mask numpy's conversions drop.
 _MASKED = "numpy drops the mask when converting; pass the unmasked points (e.g. values[~values.mask])"
 
@@ -397,7 +397,7 @@ _MASKED = "numpy drops the mask when converting; pass the unmasked points (e.g. 
 def refuse_masked(channel: str, what: str, values: Any) -> None:
     """A masked numpy array with a masked element is refused: converting it would land the
     masked slots' data."""
-    if isinstance(values, np.ma.MaskedArray) and np.ma.getmaskarray(values).any():
+    if isinstance(values, _MASKED_ARRAY) and np.ma.getmaskarray(values).any():
         raise InvalidValueError(f"channel {channel!r}: {what} with masked elements: {_MASKED}")
 
 

@@ -965,3 +965,10 @@ def test_a_masked_array_with_masked_elements_is_refused(part: str) -> None:
     assert batch.points == 0
     batch.add_series("a", np.ma.masked_array(ts), np.ma.masked_array(vals))  # nothing masked: as given
     assert batch.take()[0].values.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_a_masked_double_array_point_is_refused() -> None:
+    batch = PointBatch()
+    with pytest.raises(ValueError, match="a double array with masked elements"):
+        batch.add_point("a", _T, np.ma.masked_array([1.0, 2.0], mask=[False, True]), None)
+    assert batch.points == 0
