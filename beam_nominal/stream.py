@@ -37,7 +37,7 @@ from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._pipeline.packer import cut_requests
 from beam_nominal._pipeline.staging import Chunk, PointBatch
 from beam_nominal._pipeline.uploader import Outcome, Uploader
-from beam_nominal._wire.batch import SeriesBatch
+from beam_nominal._wire.batch import DoubleBatches, SeriesBatch
 from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
 from beam_nominal.model import SeriesKey, ValueType, check_timezone
 from beam_nominal.settings import BatchSettings, RetrySettings, StreamSettings, UploadSettings, resolve
@@ -404,7 +404,7 @@ class Sender:
                 self.points_already_stored += points
             self.requests_acked += 1
             self.bytes_acked += outcome.nbytes
-            self.series_acked.update(b.key for b in batches)
+            self.series_acked.update(batches.keys if isinstance(batches, DoubleBatches) else (b.key for b in batches))
         elif batches and outcome.fallback:
             self.fallback_points += points
             self.fallback_requests += 1

@@ -13,7 +13,6 @@ batch a view of the sorted columns: nothing is made per series before the cut.
 
 from __future__ import annotations
 
-from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
@@ -21,30 +20,13 @@ import numpy as np
 
 from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._pipeline.sizes import DOUBLE_POINT_BYTES, SERIES_OVERHEAD, series_overhead
-from beam_nominal._wire.batch import SeriesBatch
+from beam_nominal._wire.batch import DoubleBatches, SeriesBatch, new_batch
 from beam_nominal.model import ValueType
 from beam_nominal.targets.base import Request
 
 __all__ = ["Cut", "cut_requests"]
 
-# SeriesBatch's frozen-dataclass __init__ sets each field through object.__setattr__; its slot
-# descriptors set them in about half the time, which shows at thousands of columns per cut.
-_NEW_BATCH = SeriesBatch.__new__
-_SET_KEY, _SET_TYPE, _SET_TS, _SET_VALUES = (
-    SeriesBatch.__dict__[f].__set__ for f in ("key", "value_type", "timestamps", "values")
-)
-
-
 _DOUBLE = ValueType.DOUBLE
-
-
-def _batch(key: Any, vtype: ValueType, ts: Any, values: Any) -> SeriesBatch:
-    b = _NEW_BATCH(SeriesBatch)
-    _SET_KEY(b, key)
-    _SET_TYPE(b, vtype)
-    _SET_TS(b, ts)
-    _SET_VALUES(b, values)
-    return b
 
 
 class Cut:
@@ -118,7 +100,7 @@ def cut_requests(
             ts, vals, nbytes = s.take(n)
             buffer.points -= n
             buffer.nbytes -= nbytes
-            batches.append(_batch(s.key, s.vtype, ts, vals))
+            batches.append(new_batch(s.key, s.vtype, ts, vals))
             room_bytes -= overhead + nbytes
             room_points -= n
             taken_bytes += nbytes
@@ -156,8 +138,9 @@ def _cut_loose(
 ) -> list[Cut]:
     """:func:`cut_requests` of a buffer holding loose points only: series in code order, each
     request filled with whole series up to the budget (found by a search of the running sums,
-    not series by series) and then the part of the next series that fits; each batch a view of
-    the columns sorted once. What a non-final cut leaves goes back to the buffer."""
+    not series by series) and then the part of the next series that fits. A request's points
+    are one run of the columns sorted once, so its batches are a :class:`DoubleBatches` of
+    views: nothing is made per series. What a non-final cut leaves goes back to the buffer."""
     series = buffer.loose_series
     codes, ts, vals = buffer.take_loose()
     total = len(codes)
@@ -180,48 +163,43 @@ def _cut_loose(
         if not final and left * per_point < max_bytes and left < max_points:
             buffer.put_back_loose(codes[at:], ts[at:], vals[at:], left * per_point)
             return cuts
-        batches: list[SeriesBatch] = []
+        # The request's series: a first one (g0, the rest of a series split by the last
+        # request, or whole), whole ones up to ``end``, and the part of the next that fits.
+        g0, first = g, counts[g] - done
         room_bytes, room_points = max_bytes, max_points
-        if done:  # the rest of a series split by the last request
-            n = min(counts[g] - done, room_points, max(0, room_bytes - ovs[g]) // per_point) or 1
-            batches.append(_batch(keys[g], _DOUBLE, ts[at : at + n], vals[at : at + n]))
-            room_bytes -= ovs[g] + n * per_point
-            room_points -= n
-            done += n
-            if done == counts[g]:
-                g, done = g + 1, 0
-        if not done and g < groups:
-            base_bytes = int(cum_bytes[g - 1]) if g else 0
-            base_points = int(cum_points[g - 1]) if g else 0
-            end = min(
-                int(np.searchsorted(cum_bytes, base_bytes + room_bytes, "right")),
-                int(np.searchsorted(cum_points, base_points + room_points, "right")),
-            )
-            if end > g:
-                # Each series' columns as views, sliced by maps: no Python-level loop a series.
-                lo, hi = starts[g], starts[end - 1] + counts[end - 1]
-                rel = starts_arr[g:end] - lo
-                bounds, ends = rel.tolist(), (rel + counts_arr[g:end]).tolist()
-                ts_part, vals_part = ts[lo:hi], vals[lo:hi]
-                ts_views = map(ts_part.__getitem__, map(slice, bounds, ends))
-                val_views = map(vals_part.__getitem__, map(slice, bounds, ends))
-                batches += map(_batch, keys[g:end], repeat(_DOUBLE), ts_views, val_views)
-                room_bytes -= int(cum_bytes[end - 1]) - base_bytes
-                room_points -= int(cum_points[end - 1]) - base_points
-                g = end
+        n = min(first, room_points, max(0, room_bytes - ovs[g]) // per_point) or 1
+        room_bytes -= ovs[g] + n * per_point
+        room_points -= n
+        head, whole = n, n == first
+        if whole:
+            g, done = g + 1, 0
             if g < groups:
-                # The part of the next series that fits; a point larger than the whole budget
-                # still goes, alone.
-                n = min(counts[g], room_points, max(0, room_bytes - ovs[g]) // per_point)
-                if n == 0 and not batches:
-                    n = 1
-                if n:
-                    a = starts[g]
-                    batches.append(_batch(keys[g], _DOUBLE, ts[a : a + n], vals[a : a + n]))
-                    room_points -= n
-                    done = n
-                    if done == counts[g]:
-                        g, done = g + 1, 0
+                end = min(
+                    int(np.searchsorted(cum_bytes, int(cum_bytes[g - 1]) + room_bytes, "right")),
+                    int(np.searchsorted(cum_points, int(cum_points[g - 1]) + room_points, "right")),
+                )
+                if end > g:
+                    room_bytes -= int(cum_bytes[end - 1]) - int(cum_bytes[g - 1])
+                    room_points -= int(cum_points[end - 1]) - int(cum_points[g - 1])
+                    g = end
+            tail = 0
+            if g < groups:
+                # The part of the next series that fits.
+                tail = min(counts[g], room_points, max(0, room_bytes - ovs[g]) // per_point)
+                room_points -= tail
+            req_counts = counts_arr[g0 : g + (tail > 0)].copy()
+            req_counts[0] = head
+            if tail:
+                req_counts[-1] = tail
+                done = tail
+                if done == counts[g]:
+                    g, done = g + 1, 0
+        else:
+            done += n
+            req_counts = np.array([head], np.int64)
         taken = max_points - room_points
+        batches = DoubleBatches(
+            keys[g0 : g0 + len(req_counts)], req_counts, ts[at : at + taken], vals[at : at + taken]
+        )
         cuts.append(Cut(Request(dataset_rid, batches, source_name, next_seq + len(cuts)), taken * per_point))
     return cuts

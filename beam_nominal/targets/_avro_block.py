@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from beam_nominal._wire.batch import SeriesBatch
+from beam_nominal._wire.batch import DoubleBatches, SeriesBatch
 from beam_nominal._wire.scratch import Scratch
 from beam_nominal.model import SeriesKey, ValueType
 
@@ -471,6 +471,10 @@ def encode_records(
         BatchError: wrapping NotRepresentable (a value Avro cannot hold), ValueError, TypeError
             or UnicodeEncodeError (a malformed batch), with the batch's index.
     """
+    if isinstance(batches, DoubleBatches) and batches.points <= _FEW_POINTS * len(batches):
+        done = _double_layout(batches.keys, batches.counts, batches.timestamps, batches.values)
+        if done is not None:
+            return done
     if not isinstance(batches, list):
         batches = list(batches)
     if len(batches) >= _MANY_RECORDS:
@@ -647,6 +651,16 @@ def _double_records(batches: list[SeriesBatch]) -> tuple[memoryview, int, int] |
         if not np.array_equal(np.fromiter(map(len, columns), np.int64, len(columns)), counts):
             return None
         keys = list(map(_KEY, batches))
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return _double_layout(keys, counts, ts, vals)
+
+
+def _double_layout(keys: list[SeriesKey], counts: I64, ts: I64, vals: Any) -> tuple[memoryview, int, int] | None:
+    """The records of double series laid out from columns (:func:`_double_records`): each
+    series' key and point count, and every series' timestamps and values back to back. None,
+    having written nothing, for a name that is not ASCII or tags that are not text."""
+    try:
         names = list(map(_NAME, keys))
         joined = "".join(names)
         if not joined.isascii():

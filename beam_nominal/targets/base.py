@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from beam_nominal._wire.batch import SeriesBatch
+from beam_nominal._wire.batch import DoubleBatches, SeriesBatch
 from beam_nominal._wire.encode import encode_request
 from beam_nominal._wire.metadata import idempotency_key
 from beam_nominal.errors import TargetError
@@ -44,9 +44,11 @@ class Request:
     points: int = field(init=False)
 
     def __post_init__(self) -> None:
-        # len(timestamps) is len(batch), without a Python-level call per batch: requests cut from
-        # wide records carry thousands of them.
-        object.__setattr__(self, "points", sum(map(len, map(_TIMESTAMPS, self.batches))))
+        batches = self.batches
+        # len(timestamps) is len(batch), without a Python-level call per batch: requests cut
+        # from wide records carry thousands of them.
+        points = batches.points if isinstance(batches, DoubleBatches) else sum(map(len, map(_TIMESTAMPS, batches)))
+        object.__setattr__(self, "points", points)
 
     @functools.cached_property
     def body(self) -> bytes:

@@ -9,7 +9,7 @@ import fastavro
 import numpy as np
 import pytest
 
-from beam_nominal._wire.batch import SeriesBatch
+from beam_nominal._wire.batch import DoubleBatches, SeriesBatch
 from beam_nominal.model import SeriesKey, ValueType
 from beam_nominal.targets import _avro_block
 from beam_nominal.targets._avro_block import encode_records
@@ -105,3 +105,17 @@ def test_long_records_take_the_record_by_record_path() -> None:
         for i in range(100)
     ]
     assert _avro_block._double_records(long) is None
+
+
+@pytest.mark.parametrize("tagged", [False, True])
+def test_double_batches_are_laid_out_from_their_columns_as_their_batches_are(tagged: bool) -> None:
+    batches = _batches(4, 300, tagged)
+    columns = DoubleBatches(
+        [b.key for b in batches],
+        np.array([len(b) for b in batches], np.int64),
+        np.concatenate([b.timestamps for b in batches]),
+        np.concatenate([b.values for b in batches]),
+    )
+    data, records, points = encode_records(columns, "long")
+    assert (records, points) == (300, columns.points)
+    assert bytes(data) == _record_by_record(batches)

@@ -7,11 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._pipeline.packer import cut_requests
 from beam_nominal._pipeline.sizes import DOUBLE_POINT_BYTES, series_overhead
 from beam_nominal._pipeline.staging import PointBatch
+from beam_nominal._wire.batch import DoubleBatches
 from beam_nominal.model import SeriesKey, ValueType
 
 T0 = 1_700_000_000_000_000_000
@@ -152,3 +154,50 @@ def test_wide_records_of_floats_go_as_loose_points_in_record_order() -> None:
     batch.move_into(buffer)
     assert batch.points == 0 and batch.nbytes == 0
     assert _delivered(_cut_all(buffer, max_bytes=8_000, max_points=10**6)) == want
+
+
+@pytest.mark.parametrize(("max_bytes", "max_points"), [(20_000, 700), (3_000, 10**6), (10**6, 50), (900, 7)])
+def test_loose_points_are_cut_as_the_same_requests_as_series_buffers(max_bytes: int, max_points: int) -> None:
+    points = [("long", T0 - i, float(i)) for i in range(400)] + _points(6_000, 800, seed=5)
+
+    def requests(spill: bool) -> list[list[tuple[SeriesKey, list[int], list[float]]]]:
+        buffer = Buffer()
+        _staged(points, buffer, every=997)
+        if spill:  # the general cut, series by series
+            buffer._spill_loose()
+        return [
+            [(b.key, b.timestamps.tolist(), b.values.tolist()) for b in c.request.batches]
+            for c in _cut_all(buffer, max_bytes=max_bytes, max_points=max_points)
+        ]
+
+    assert requests(spill=False) == requests(spill=True)
+
+
+def test_a_loose_cut_is_double_batches_whose_columns_are_its_series() -> None:
+    buffer = Buffer()
+    _staged(_points(5_000, 600, seed=6), buffer)
+    cuts = _cut_all(buffer, max_bytes=10_000, max_points=10**6)
+    assert len(cuts) > 3
+    for c in cuts:
+        batches = c.request.batches
+        assert isinstance(batches, DoubleBatches)
+        read = list(batches)
+        assert len(read) == len(batches) == len(batches.keys)
+        assert c.request.points == batches.points == sum(map(len, read))
+        assert [b.key for b in read] == batches.keys
+        assert np.concatenate([b.timestamps for b in read]).tolist() == batches.timestamps.tolist()
+        assert np.concatenate([b.values for b in read]).tolist() == batches.values.tolist()
+        assert [(b.key, b.timestamps.tolist()) for b in (batches[0], batches[-1])] == [
+            (b.key, b.timestamps.tolist()) for b in (read[0], read[-1])
+        ]
+        assert [b.key for b in batches[1:3]] == [b.key for b in read[1:3]]
+        with pytest.raises(IndexError):
+            batches[len(read)]
+
+
+def test_double_batches_refuse_columns_that_do_not_match_their_counts() -> None:
+    ts = np.arange(5, dtype=np.int64)
+    with pytest.raises(ValueError, match="do not match"):
+        DoubleBatches([SeriesKey("a"), SeriesKey("b")], np.array([2, 2]), ts, np.ones(5))
+    with pytest.raises(ValueError, match="do not match"):
+        DoubleBatches([SeriesKey("a")], np.array([5]), ts, np.ones(4))
