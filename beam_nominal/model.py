@@ -20,6 +20,7 @@ from beam_nominal.errors import InvalidTypeError, InvalidValueError
 
 __all__ = [
     "MAX_NAME_CHARS",
+    "KeyTuple",
     "SeriesKey",
     "ValueType",
     "arrow_timestamps_ns",
@@ -153,6 +154,19 @@ class SeriesKey(NamedTuple):
         if not self.tags:
             return repr(self.channel)
         return f"{self.channel!r} {{{', '.join(f'{k}={v}' for k, v in self.tags)}}}"
+
+
+#: A series' key as a plain tuple ``(channel, tags)``, equal to its SeriesKey and hashing
+#: alike: how a million series' keys are held. The garbage collector stops tracking a plain
+#: tuple of strs, never a tuple subclass, and walks every tracked object at a full collection.
+KeyTuple = tuple[str, tuple[tuple[str, str], ...]]
+
+_new_key = tuple.__new__
+
+
+def series_key(key: KeyTuple) -> SeriesKey:
+    """``key`` as a SeriesKey (itself if it is one)."""
+    return key if type(key) is SeriesKey else _new_key(SeriesKey, key)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from beam_nominal._pipeline.staging import Chunk, PointBatch
 from beam_nominal._pipeline.uploader import Outcome, Uploader
 from beam_nominal._wire.batch import DoubleBatches, SeriesBatch
 from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
-from beam_nominal.model import SeriesKey, ValueType, check_timezone
+from beam_nominal.model import KeyTuple, SeriesKey, ValueType, check_timezone
 from beam_nominal.settings import BatchSettings, RetrySettings, StreamSettings, UploadSettings, resolve
 from beam_nominal.targets.base import FIRST_CONTACT_TIMEOUT, Request, Target, first_contact
 
@@ -186,7 +186,7 @@ class Sender:
         self.requests_acked = 0
         self.bytes_acked = 0
         self.retries = 0
-        self.series_acked: set[SeriesKey] = set()
+        self.series_acked: set[KeyTuple] = set()
         self.fallback_points = 0
         self.fallback_requests = 0
         self.failed: dict[SeriesKey, int] = {}

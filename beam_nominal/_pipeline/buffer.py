@@ -28,7 +28,7 @@ import numpy.typing as npt
 from beam_nominal._pipeline import blocks
 from beam_nominal._pipeline.sizes import double_bytes, series_overhead
 from beam_nominal.errors import SeriesTypeError
-from beam_nominal.model import SeriesKey, ValueType
+from beam_nominal.model import KeyTuple, SeriesKey, ValueType, series_key
 
 __all__ = ["Buffer", "SeriesBuffer"]
 
@@ -110,11 +110,11 @@ class Buffer:
         #: coded by ``loose_series``, a staging batch's series keys by code (double series
         #: only), which only grows while points refer to it.
         self.loose: list[tuple[I64, I64, Any]] = []
-        self.loose_series: Sequence[SeriesKey] = ()
+        self.loose_series: Sequence[KeyTuple] = ()
         self.loose_points = 0
         self.loose_nbytes = 0
 
-    def add_loose(self, series: Sequence[SeriesKey], codes: I64, timestamps: I64, values: Any, nbytes: int) -> None:
+    def add_loose(self, series: Sequence[KeyTuple], codes: I64, timestamps: I64, values: Any, nbytes: int) -> None:
         """Append single double points of many series (``codes`` index ``series``, their keys;
         arrays the buffer now owns), after everything added before."""
         if self.loose and series is not self.loose_series:
@@ -167,7 +167,7 @@ class Buffer:
         starts = [0, *ends.tolist()]
         stops = [*ends.tolist(), len(codes)]
         for start, stop, code in zip(starts, stops, codes[starts].tolist(), strict=True):
-            s = self._series(series[code], _DOUBLE)
+            s = self._series(series_key(series[code]), _DOUBLE)
             s.ts_chunks.append(ts[start:stop])
             s.val_chunks.append(vals[start:stop])
             s.points += stop - start

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal.model import (
     MAX_NAME_CHARS,
+    KeyTuple,
     SeriesKey,
     ValueType,
     arrow_timestamps_ns,
@@ -70,6 +71,7 @@ from beam_nominal.model import (
     holds_int64_min,
     is_missing,
     naive_error,
+    series_key,
     timestamp_ns,
     timestamps_ns,
 )
@@ -229,7 +231,7 @@ class PointBatch:
         #: Series by code; None for a lazy one (see _new_double) until _materialize makes it.
         self._slots: list[_Slot | None] = []
         #: Every series' key by code, lazy ones included: what the buffer reads loose points by.
-        self._series_keys: list[SeriesKey] = []
+        self._series_keys: list[KeyTuple] = []
         #: Code of the first lazy series not yet made a slot, or None.
         self._lazy_at: int | None = None
         self._by_key: dict[SeriesKey, _Slot] = {}
@@ -350,7 +352,7 @@ class PointBatch:
         slots = self._slots
         code = len(slots)
         slots.append(None)
-        self._series_keys.append(_new_tuple(SeriesKey, (channel, ())))
+        self._series_keys.append((channel, ()))  # a plain tuple: see KeyTuple
         self._all_fast[channel] = code
         if self._lazy_at is None:
             self._lazy_at = code
@@ -394,7 +396,7 @@ class PointBatch:
         by_key, untagged = self._by_key, self._untagged
         for code in range(start or 0, len(slots)):
             if slots[code] is None:
-                key = keys[code]
+                key = series_key(keys[code])
                 slot = _new_slot(_Slot)
                 slot.code, slot.key, slot.vtype, slot.chunks = code, key, _DOUBLE, ()
                 slot.unchecked, slot.conv = float, _DOUBLE_CONV

@@ -11,7 +11,7 @@ from typing import Any, overload
 import numpy as np
 import numpy.typing as npt
 
-from beam_nominal.model import SeriesKey, ValueType
+from beam_nominal.model import KeyTuple, SeriesKey, ValueType, series_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +54,9 @@ def new_batch(key: SeriesKey, value_type: ValueType, timestamps: Any, values: An
 
 
 class DoubleBatches(Sequence[SeriesBatch]):
-    """The batches of many double series, as columns: each series' key and point count, and one
-    timestamps and one values column holding every series' points back to back, in key order.
+    """The batches of many double series, as columns: each series' key (a SeriesKey or a
+    :data:`~beam_nominal.model.KeyTuple`) and point count, and one timestamps and one values
+    column holding every series' points back to back, in key order.
 
     It reads as a sequence of :class:`SeriesBatch` (each made when read, its columns views of
     these), so every encoder takes it; what reads many series at once (the Avro encoder, the
@@ -67,7 +68,7 @@ class DoubleBatches(Sequence[SeriesBatch]):
     __hash__ = None  # type: ignore[assignment]
 
     def __init__(
-        self, keys: list[SeriesKey], counts: npt.NDArray[np.int64], timestamps: npt.NDArray[np.int64],
+        self, keys: list[KeyTuple], counts: npt.NDArray[np.int64], timestamps: npt.NDArray[np.int64],
         values: npt.NDArray[np.float64],
     ) -> None:
         if len(keys) != len(counts) or int(counts.sum()) != len(timestamps) or len(values) != len(timestamps):
@@ -99,7 +100,7 @@ class DoubleBatches(Sequence[SeriesBatch]):
         if isinstance(index, slice):
             return [self[k] for k in range(*index.indices(len(self.keys)))]
         k = operator.index(index)
-        key = self.keys[k]  # (IndexError for an index out of range, negative ones counted back)
+        key = series_key(self.keys[k])  # (IndexError for an index out of range, negative ones counted back)
         k %= len(self.keys)
         a = int(self.starts[k])
         b = a + int(self.counts[k])
@@ -111,7 +112,7 @@ class DoubleBatches(Sequence[SeriesBatch]):
         ts, vals = self.timestamps, self.values
         return map(
             new_batch,
-            self.keys,
+            map(series_key, self.keys),
             itertools.repeat(ValueType.DOUBLE),
             map(ts.__getitem__, map(slice, starts, ends)),
             map(vals.__getitem__, map(slice, starts, ends)),

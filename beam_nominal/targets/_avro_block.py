@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from beam_nominal._wire.batch import DoubleBatches, SeriesBatch
 from beam_nominal._wire.scratch import Scratch
-from beam_nominal.model import SeriesKey, ValueType
+from beam_nominal.model import KeyTuple, ValueType
 
 U8 = npt.NDArray[np.uint8]
 U64 = npt.NDArray[np.uint64]
@@ -399,20 +399,21 @@ def _string_arrays_slow(rows: Sequence[Any]) -> bytes:
 # Records
 # ---------------------------------------------------------------------------------------------
 
-_KEY_CACHE: dict[SeriesKey, tuple[bytes, bytes]] = {}
+_KEY_CACHE: dict[KeyTuple, tuple[bytes, bytes]] = {}
 _KEY_CACHE_SIZE = 100_000
 
 
-def _key_parts(key: SeriesKey) -> tuple[bytes, bytes]:
+def _key_parts(key: KeyTuple) -> tuple[bytes, bytes]:
     """The record's ``channel`` bytes and its ``tags`` map bytes (the record's last field)."""
     parts = _KEY_CACHE.get(key)
     if parts is None:
+        channel, pairs = key
         tags = (
-            long_bytes(len(key.tags)) + b"".join(string_bytes(k) + string_bytes(v) for k, v in key.tags) + b"\x00"
-            if key.tags
+            long_bytes(len(pairs)) + b"".join(string_bytes(k) + string_bytes(v) for k, v in pairs) + b"\x00"
+            if pairs
             else b"\x00"
         )
-        parts = (string_bytes(key.channel), tags)
+        parts = (string_bytes(channel), tags)
         if len(_KEY_CACHE) >= _KEY_CACHE_SIZE:
             _KEY_CACHE.clear()
         _KEY_CACHE[key] = parts
@@ -656,7 +657,7 @@ def _double_records(batches: list[SeriesBatch]) -> tuple[memoryview, int, int] |
     return _double_layout(keys, counts, ts, vals)
 
 
-def _double_layout(keys: list[SeriesKey], counts: I64, ts: I64, vals: Any) -> tuple[memoryview, int, int] | None:
+def _double_layout(keys: list[KeyTuple], counts: I64, ts: I64, vals: Any) -> tuple[memoryview, int, int] | None:
     """The records of double series laid out from columns (:func:`_double_records`): each
     series' key and point count, and every series' timestamps and values back to back. None,
     having written nothing, for a name that is not ASCII or tags that are not text."""

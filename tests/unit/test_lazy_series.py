@@ -4,6 +4,7 @@ series, pinned to double, its points in arrival order, as if it had been made wh
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import numpy as np
@@ -89,3 +90,21 @@ def test_lazy_series_reach_the_buffer_by_key() -> None:
         SeriesKey("b"): [(T0 + 1, 1.0), (T0 + 3, 9.0)],
         SeriesKey("a2"): [(T0 + 2, 2.0)],
     }
+
+
+def test_many_lazy_series_leave_nothing_per_series_for_the_garbage_collector() -> None:
+    # A full collection walks every tracked object: one a series would make writing a million
+    # series cost more per point the more series there are.
+    n = 20_000
+    names = [f"gc{k}" for k in range(n)]
+    batch, buffer = PointBatch(), Buffer()
+    gc.collect()
+    before = len(gc.get_objects())
+    for i, ch in enumerate(names):
+        batch.add_point(ch, T0 + i, float(i), None)
+    batch.move_into(buffer)
+    cuts = cut_requests(buffer, dataset_rid="ri.x", max_bytes=10**5, max_points=10**6, final=True, next_seq=0)
+    gc.collect()
+    assert len(gc.get_objects()) - before < n // 100
+    assert sum(c.request.points for c in cuts) == n
+    assert [b.key for c in cuts for b in c.request.batches] == [SeriesKey(ch) for ch in names]
