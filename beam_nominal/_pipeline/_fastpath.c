@@ -23,7 +23,8 @@
  *
  * The kernels: pack_doubles (a list of floats as packed doubles; its caller is
  * NominalStream.enqueue_float_array), join_into (the HTTP row body into a reused buffer;
- * scratch.py and values.py). A kernel's contract: what it reads comes in as arguments (buffers, arrays, lists)
+ * scratch.py and values.py), gather_runs (the Avro layout of many small records;
+ * targets/_avro_block.py). A kernel's contract: what it reads comes in as arguments (buffers, arrays, lists)
  * and what it makes goes out as its result or into a buffer it was given; it reads or writes no
  * Python object's attributes or __dict__ by name, calls no Python method, and keeps no state
  * between calls. NominalStream's writes are otherwise Python (stream.py), one implementation.
@@ -839,6 +840,66 @@ done:
     return result;
 }
 
+/* gather_runs(src, starts, lens): the bytes src[starts[i]:starts[i] + lens[i]] for every i,
+ * concatenated. Why: the Avro layout of many small records (_avro_block._double_layout) is
+ * millions of short runs; numpy gathers them through an index a byte, where this copies each
+ * run once. starts and lens are 1-D int64 arrays of one length; every run must lie in src.
+ * The copying runs without the GIL. */
+static PyObject *
+gather_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "gather_runs takes src, starts and lens");
+        return NULL;
+    }
+    Py_buffer src, starts, lens;
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(args[0], &src, PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    if (column_view(args[1], &starts, 0) < 0) {
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    if (column_view(args[2], &lens, 0) < 0) {
+        PyBuffer_Release(&starts);
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    const long long *st = (const long long *)starts.buf, *ln = (const long long *)lens.buf;
+    Py_ssize_t n = starts.len / 8;
+    long long total = 0;
+    if (lens.len != starts.len) {
+        PyErr_SetString(PyExc_ValueError, "gather_runs: starts and lens differ in length");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (st[i] < 0 || ln[i] < 0 || st[i] > src.len || ln[i] > src.len - st[i]) {
+            PyErr_Format(PyExc_ValueError, "gather_runs: run %zd (%lld, %lld) is outside %zd bytes", i, st[i],
+                         ln[i], src.len);
+            goto done;
+        }
+        total += ln[i];
+    }
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (result == NULL) {
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    char *at = PyBytes_AS_STRING(result);
+    const char *from = (const char *)src.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(at, from + st[i], (size_t)ln[i]);
+        at += ln[i];
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyBuffer_Release(&lens);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&src);
+    return result;
+}
+
 /* pack_doubles(values): values.float_row of a list (exactly) of floats (exactly), its doubles
  * packed in native order as bytes; None for anything else, which float_row then takes (or
  * refuses). Its one caller is NominalStream.enqueue_float_array, where float_row's checks cost
@@ -869,6 +930,8 @@ pack_doubles(PyObject *module, PyObject *list)
 static PyMethodDef module_methods[] = {
     {"pack_doubles", (PyCFunction)pack_doubles, METH_O,
      "pack_doubles(values, /)\n--\n\nA list of floats packed as native doubles (bytes); None for anything else."},
+    {"gather_runs", (PyCFunction)(void (*)(void))gather_runs, METH_FASTCALL,
+     "gather_runs(src, starts, lens, /)\n--\n\nThe runs src[starts[i]:starts[i] + lens[i]] concatenated, as bytes."},
     {"join_into", (PyCFunction)(void (*)(void))join_into, METH_FASTCALL,
      "join_into(parts, out, /)\n--\n\nb''.join(parts) written into the writable buffer out, (ns, values) parts as double points; returns its length."},
     {NULL, NULL, 0, NULL},
@@ -877,7 +940,7 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef fastpath_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "beam_nominal._pipeline._fastpath",
-    .m_doc = "PointBatch's compiled paths: WriteDoFn.process and the batch's DoublePoints; and the kernels pack_doubles and join_into (optional: beam_nominal runs without them).",
+    .m_doc = "PointBatch's compiled paths: WriteDoFn.process and the batch's DoublePoints; and the kernels pack_doubles, join_into and gather_runs (optional: beam_nominal runs without them).",
     .m_size = -1,
     .m_methods = module_methods,
 };

@@ -289,10 +289,11 @@ class PointBatch:
     # -- single points -----------------------------------------------------------------------------
 
     def add_fast(self, channel: Any, ts: Any, value: Any) -> int:
-        """Append a point of a known untagged double series whose value is a float and timestamp
-        an int ns and return how many such points ``doubles`` now holds (what a caller compares
-        with its hand-over limit: the point adds nothing else to count); or do nothing and
-        return 0 (the caller then takes the checked path, :meth:`add_point`).
+        """Append a point of an untagged double series, known or new and lazy (``_new_double``),
+        whose value is a float and timestamp an int ns and return how many such points
+        ``doubles`` now holds (what a caller compares with its hand-over limit: the point adds
+        nothing else to count); or do nothing and return 0 (the caller then takes the checked
+        path, :meth:`add_point`).
 
         The hot path of the package: three type tests and a dict lookup, and the point goes to
         ``doubles`` in one append. The compiled ``WriteDoFn.process`` (``_fastpath.c``)
@@ -308,9 +309,19 @@ class PointBatch:
                 # (ValueError: a channel whose __hash__ raises it; the checked path makes that a
                 # FailedElement, as the compiled WriteDoFn.process does, not a failed bundle)
                 return 0
-            if code is None:
-                return 0
             doubles = self.doubles
+            if code is None:
+                # A new series (nearly always, over a million series): made here when it can be
+                # lazy, as add_point would make it, saving that call's checks.
+                if (
+                    type(channel) is str
+                    and self.fast is self._all_fast
+                    and not self._base
+                    and channel not in self._untagged
+                    and self._new_double(channel, ts, value)
+                ):
+                    return len(doubles)
+                return 0
             doubles.append(code, ts, value)
             return len(doubles)
         return 0

@@ -12,7 +12,7 @@ what fastavro's writer produces for the same records (the tests compare).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -26,6 +26,12 @@ from beam_nominal.model import KeyTuple, ValueType
 U8 = npt.NDArray[np.uint8]
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
+
+gather_runs: Callable[[Any, I64, I64], bytes] | None
+try:
+    from beam_nominal._pipeline._fastpath import gather_runs
+except ImportError:  # the pure build: numpy gathers through an index
+    gather_runs = None
 
 _INT64_MAX = 2**63 - 1
 _EXACT_DOUBLE = 2**53
@@ -705,6 +711,8 @@ def _double_layout(keys: list[KeyTuple], counts: I64, ts: I64, vals: Any) -> tup
     starts = np.cumsum(lens, axis=0) - lens + base
     starts[:, 4] = base[4]
     flat_lens = lens.ravel()
+    if gather_runs is not None:
+        return memoryview(gather_runs(src, starts.ravel(), flat_lens)), n, int(counts.sum())
     total = int(flat_lens.sum())
     # int32 indexes where they fit: the index is the largest array here, and half as wide is
     # half the memory written and read.
