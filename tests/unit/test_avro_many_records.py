@@ -135,5 +135,8 @@ def test_gather_runs_is_the_runs_concatenated_or_refuses_one_outside(src: bytes,
     else:
         with pytest.raises(ValueError, match="outside"):
             gather(src, starts, lens)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="gather_runs: starts must be a 1-D int64 array"):
         gather(src, starts.astype(np.int32), lens)
+    with pytest.raises(TypeError, match="gather_runs: lens must be a 1-D int64 array"):
+        gather(src, starts, lens.reshape(-1, 1))
+
