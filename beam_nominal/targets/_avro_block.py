@@ -478,7 +478,7 @@ def encode_records(
         BatchError: wrapping NotRepresentable (a value Avro cannot hold), ValueError, TypeError
             or UnicodeEncodeError (a malformed batch), with the batch's index.
     """
-    if isinstance(batches, DoubleBatches) and batches.points <= _FEW_POINTS * len(batches):
+    if isinstance(batches, DoubleBatches) and 0 < batches.points <= _FEW_POINTS * len(batches):
         done = _double_layout(batches.keys, batches.counts, batches.timestamps, batches.values)
         if done is not None:
             return done

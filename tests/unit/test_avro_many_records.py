@@ -140,3 +140,8 @@ def test_gather_runs_is_the_runs_concatenated_or_refuses_one_outside(src: bytes,
     with pytest.raises(TypeError, match="gather_runs: lens must be a 1-D int64 array"):
         gather(src, starts, lens.reshape(-1, 1))
 
+
+def test_double_batches_without_series_are_no_records() -> None:
+    empty = DoubleBatches([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    data, records, points = encode_records(empty, "long")
+    assert (bytes(data), records, points) == (b"", 0, 0)
