@@ -679,9 +679,9 @@ typedef struct {
 } JoinPart;
 
 /* A 1-D C-contiguous view of 8-byte items of format f ("d", or "q"/"l" for int64); -1 with
- * TypeError otherwise. */
+ * TypeError naming the argument (``what``) otherwise. */
 static int
-column_view(PyObject *obj, Py_buffer *view, int doubles)
+column_view(PyObject *obj, Py_buffer *view, int doubles, const char *what)
 {
     if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
         return -1;
@@ -690,8 +690,7 @@ column_view(PyObject *obj, Py_buffer *view, int doubles)
     if (view->ndim != 1 || view->itemsize != 8 || f == NULL ||
         !(doubles ? strcmp(f, "d") == 0 : (strcmp(f, "l") == 0 || strcmp(f, "q") == 0))) {
         PyBuffer_Release(view);
-        PyErr_SetString(PyExc_TypeError, doubles ? "join_into: values must be a 1-D float64 array"
-                                                 : "join_into: timestamps must be a 1-D int64 array");
+        PyErr_Format(PyExc_TypeError, "%s must be a 1-D %s array", what, doubles ? "float64" : "int64");
         return -1;
     }
     return 0;
@@ -789,10 +788,10 @@ join_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             PyErr_SetString(PyExc_TypeError, "join_into: a points part is a tuple (ns, values)");
             goto done;
         }
-        if (column_view(PyTuple_GET_ITEM(part, 0), &v->bytes, 0) < 0) {
+        if (column_view(PyTuple_GET_ITEM(part, 0), &v->bytes, 0, "join_into: timestamps") < 0) {
             goto done;
         }
-        if (column_view(PyTuple_GET_ITEM(part, 1), &v->values, 1) < 0) {
+        if (column_view(PyTuple_GET_ITEM(part, 1), &v->values, 1, "join_into: values") < 0) {
             v->values.obj = NULL;
             PyBuffer_Release(&v->bytes);
             goto done;
@@ -857,11 +856,11 @@ gather_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (PyObject_GetBuffer(args[0], &src, PyBUF_C_CONTIGUOUS) < 0) {
         return NULL;
     }
-    if (column_view(args[1], &starts, 0) < 0) {
+    if (column_view(args[1], &starts, 0, "gather_runs: starts") < 0) {
         PyBuffer_Release(&src);
         return NULL;
     }
-    if (column_view(args[2], &lens, 0) < 0) {
+    if (column_view(args[2], &lens, 0, "gather_runs: lens") < 0) {
         PyBuffer_Release(&starts);
         PyBuffer_Release(&src);
         return NULL;

@@ -297,8 +297,10 @@ class PointBatch:
 
         The hot path of the package: three type tests and a dict lookup, and the point goes to
         ``doubles`` in one append. The compiled ``WriteDoFn.process`` (``_fastpath.c``)
-        applies the same rule to each element shape (in Python the call costs more than the
-        rule; ``tests/unit/test_fast_path.py`` holds the two to the same points).
+        applies the same rule to each element shape for a known series (in Python the call
+        costs more than the rule; ``tests/unit/test_fast_path.py`` holds the two to the same
+        points); it makes no series, so a new one's first point goes to the element's reader,
+        whose call of this method makes it.
         """
         # Literals, not module constants: a global lookup costs as much as a comparison.
         if type(value) is float and type(ts) is int and -9223372036854775808 < ts <= 9223372036854775807:

@@ -478,7 +478,7 @@ def encode_records(
         BatchError: wrapping NotRepresentable (a value Avro cannot hold), ValueError, TypeError
             or UnicodeEncodeError (a malformed batch), with the batch's index.
     """
-    if isinstance(batches, DoubleBatches) and batches.points <= _FEW_POINTS * len(batches):
+    if isinstance(batches, DoubleBatches) and 0 < batches.points <= _FEW_POINTS * len(batches):
         done = _double_layout(batches.keys, batches.counts, batches.timestamps, batches.values)
         if done is not None:
             return done
@@ -673,7 +673,9 @@ def _double_layout(keys: list[KeyTuple], counts: I64, ts: I64, vals: Any) -> tup
         if not joined.isascii():
             return None
         name_bytes = np.frombuffer(joined.encode(), np.uint8)
-        name_lens = np.fromiter(map(len, names), np.int64, len(names))
+        # str.__len__, not len: the lengths of the text joined above, whatever a str subclass's
+        # __len__ says (its name is written as its text, as the record-by-record path writes it).
+        name_lens = np.fromiter(map(str.__len__, names), np.int64, len(names))
         if any(map(_TAGS, keys)):
             tags = b"".join([b"\x00\x00" if not k[1] else b"\x00" + _key_parts(k)[1] for k in keys])
         else:

@@ -135,5 +135,28 @@ def test_gather_runs_is_the_runs_concatenated_or_refuses_one_outside(src: bytes,
     else:
         with pytest.raises(ValueError, match="outside"):
             gather(src, starts, lens)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="gather_runs: starts must be a 1-D int64 array"):
         gather(src, starts.astype(np.int32), lens)
+    with pytest.raises(TypeError, match="gather_runs: lens must be a 1-D int64 array"):
+        gather(src, starts, lens.reshape(-1, 1))
+
+
+def test_double_batches_without_series_are_no_records() -> None:
+    empty = DoubleBatches([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    data, records, points = encode_records(empty, "long")
+    assert (bytes(data), records, points) == (b"", 0, 0)
+
+
+class _ShortLen(str):
+    def __len__(self) -> int:
+        return 1
+
+
+def test_a_channel_whose_len_is_not_its_text_is_laid_out_as_its_text() -> None:
+    # A str subclass may say any length; the record holds the name's text, as the
+    # record-by-record path writes it, so the file reads back as these channels.
+    keys: list[SeriesKey] = [SeriesKey(_ShortLen("abc")), SeriesKey("de")]
+    columns = DoubleBatches(keys, np.array([1, 1], np.int64), np.array([1, 2], np.int64), np.array([1.0, 2.0]))
+    data, records, points = encode_records(columns, "long")
+    assert (records, points) == (2, 2)
+    assert bytes(data) == _record_by_record(list(columns))

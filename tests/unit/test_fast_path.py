@@ -1,10 +1,12 @@
 """The fast path for single points is written twice: ``PointBatch.add_fast`` (under
 ``NominalStream.enqueue`` and every element reader) and the compiled ``WriteDoFn.process``
 (``_pipeline/_fastpath.c``: in Python the call and the rule cost more than nominal-streaming's whole
-sink). Both must take exactly the same points, append them the same way, and leave every other
-one to the checked path. These tests hold them together, value by value and for every element
-shape the compiled process reads (tuple, dict, ``beam.Row``, point NamedTuple), and hold the
-Python ``process`` used where the module is not built to the same points.
+sink). Both must take exactly the same points of known series, append them the same way, and
+leave every other one to the checked path (the compiled one makes no series: a new series' first
+point goes to the element's reader, whose add_fast makes it). These tests hold them together,
+value by value and for every element shape the compiled process reads (tuple, dict,
+``beam.Row``, point NamedTuple), and hold the Python ``process`` used where the module is not
+built to the same points.
 """
 
 from __future__ import annotations
@@ -155,10 +157,15 @@ def test_process_and_add_fast_take_the_same_points(dofn: WriteDoFn, shape: str, 
     element = SHAPES[shape](*point)
     reference = _batch()
     flat = _doubles(reference)
+    new = type(point[0]) is str and point[0] not in reference.fast
     took = bool(reference.add_fast(*point))
     inline, appended = _taken_inline(dofn, element)
     if isinstance(dofn, PythonWriteDoFn) and shape != "tuple":
         took = False  # the Python process leaves these to their readers, which call add_fast
+    if new and not isinstance(dofn, PythonWriteDoFn):
+        # The compiled process makes no series: a new one's first point goes to its reader,
+        # whose add_fast makes it, and the series' next points are taken inline.
+        took = False
     assert inline == took, f"{shape} {point!r}: WriteDoFn.process took={inline}, PointBatch.add_fast took={took}"
     if took:
         # To the bit: float.hex tells NaN's and -0.0's apart, which == does not.
@@ -179,6 +186,17 @@ def test_the_fast_path_takes_the_plain_point_of_every_shape(dofn: WriteDoFn) -> 
     assert not _taken_inline(dofn, tagged)[0]
     assert not _taken_inline(dofn, ("c", B, 0.5, {"k": "v"}))[0]
     assert not _taken_inline(dofn, Reordered(0.5, "c", B))[0]
+
+
+def test_a_new_series_first_point_makes_it_and_its_next_points_are_taken_inline(dofn: WriteDoFn) -> None:
+    # Whichever copy takes the first point (add_fast inline, or the compiled process's reader),
+    # the series is made once and both points land in order.
+    _pin_c(dofn)
+    assert list(dofn.process(("new", B, 1.5))) == []
+    assert _taken_inline(dofn, ("new", B + 1, 2.5))[0]
+    reference = _batch()
+    assert reference.add_fast("new", B, 1.5) and reference.add_fast("new", B + 1, 2.5)
+    assert _doubles(dofn._batch) == _doubles(reference)
 
 
 def test_points_after_a_wide_row_take_the_checked_path(dofn: WriteDoFn) -> None:
