@@ -574,8 +574,8 @@ class PointBatch:
         its series registered (so its type is pinned), returned as a chunk (none if empty).
 
         A stream puts it straight into its buffer, after what the batch holds (which came
-        first): a column passing through the batch's chunks and ``take()`` cost more than
-        checking it (18.7 against 6.4 µs a call of 100 points).
+        first): a column passing through the batch's chunks and ``take()`` costs more than
+        checking it.
         """
         if self._lazy_at is not None:
             self._materialize()
