@@ -41,8 +41,7 @@
 /* DoublePoints: PointBatch's single points of double series, in arrival order, as three C
  * columns (series code, int ns, value). Where a flat list of Python objects held a point's int
  * and float until the batch settled, here they are let go with their element, and the settle
- * reads the columns as they are: the list, its int conversions and freeing its objects cost
- * ~50 ns a point of a handed-over batch. */
+ * reads the columns as they are, with no list to convert and free. */
 typedef struct {
     PyObject_HEAD
     Py_ssize_t n, cap;
@@ -225,14 +224,14 @@ typedef struct {
     PyObject *rows;     /* set: beam.Row classes (their fields are their __dict__) */
     PyObject *ts_field; /* str, interned: the timestamp field of dicts and Rows */
     /* The class last found in points or rows, and which (KIND_POINT, KIND_ROW): elements of a
-     * pipeline are of one class, whose two set lookups cost ~100 instructions a point. The sets
-     * only grow while bound (_bind_fast forgets it). */
+     * pipeline are of one class, so the two set lookups are skipped. The sets only grow while
+     * bound (_bind_fast forgets it). */
     PyObject *known;
     int known_kind;
     Py_ssize_t limit;   /* len(doubles) at which the batch is handed over */
     /* Channels of the bound fast map by their characters: a point's channel is most often a
-     * new str (decoded, or formatted per element), whose hash and dict lookup cost ~340
-     * instructions where this costs ~90. An open-addressed table that keeps the first
+     * new str (decoded, or formatted per element), whose hash and dict lookup cost several
+     * times this comparison of characters. An open-addressed table that keeps the first
      * CHANNEL_CACHED channels met and evicts none: channels come round in turn, and a cache
      * that evicts one for another misses on both every time (direct-mapped, 20 of 100 channels
      * collided); past them, channels take the dict lookup as with no cache. Valid while fast is
@@ -302,8 +301,7 @@ field(PyObject *fields, PyObject *name)
 
 /* The three fields of a point mapping of three entries whose keys are the very name objects
  * (borrowed, into *c, *t, *v): 1 if so, 0 if not (nothing set; the caller looks them up by
- * equality). One walk over the entries, where three lookups cost ~450 instructions a point:
- * a beam.Row's keys are its keyword names and a dict literal's its constants, interned as the
+ * equality). One walk over the entries instead of three lookups by equality: a beam.Row's keys are its keyword names and a dict literal's its constants, interned as the
  * names here are. Runs no Python code. */
 static int
 fields_by_identity(PyObject *fields, PyObject *ts_field, PyObject **c, PyObject **t, PyObject **v)
@@ -510,8 +508,7 @@ FastProcess_process(FastProcess *self, PyObject *element)
         }
         else if (kind == KIND_ROW) {
             /* vars(row): its fields, in place. Read as object.__dict__ reads it: a Row class has
-             * no __dict__ of its own, and the type's lookup of the descriptor cost ~150
-             * instructions a point. */
+             * no __dict__ of its own, which spares the type's lookup of the descriptor. */
             fields = PyObject_GenericGetDict(element, NULL);
             if (fields == NULL) {
                 if (not_this_shape()) {
@@ -729,7 +726,8 @@ put_double_points(unsigned char *p, const long long *ns, const double *values, P
         put_varint5(p + 11, u - sec * 1000000000ULL);
         p[16] = 0x11;
         /* fixed64 is little-endian on the wire, whatever the host's order (numpy's path writes
-         * "<f8"). The byte loop is not merged into one store by gcc 12: 3.7 vs 3.0 ns a point. */
+         * "<f8"). On little-endian hosts one memcpy: gcc does not merge the byte loop into one
+         * store. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
         unsigned long long bits;
         memcpy(&bits, &values[i], 8);
@@ -745,12 +743,11 @@ put_double_points(unsigned char *p, const long long *ns, const double *values, P
 
 /* b"".join(parts) written into out (a writable buffer) instead of a new bytes object; returns
  * the bytes written. Why: the HTTP encoders' bodies are request-sized, and a fresh object that
- * size costs more in first-touch page faults (~3 us a 4 KiB page on this kind of VM) than the
- * encoding; out is a buffer the thread reuses (beam_nominal/_wire/scratch.py). A part is a
+ * size costs more in first-touch page faults than the encoding; out is a buffer the thread reuses (beam_nominal/_wire/scratch.py). A part is a
  * C-contiguous buffer, or a tuple (ns, values) of 1-D int64 and float64 arrays of one length,
  * written as WriteRequestNominal double points (DOUBLE_POINT_BYTES each; see put_double_points):
- * one pass from the series' columns to the body, where numpy made a point matrix in ~15 passes
- * and the join copied it once more. The writing runs without the GIL: a body is megabytes. */
+ * one pass from the series' columns to the body, where numpy made a point matrix in many
+ * passes and the join copied it once more. The writing runs without the GIL: a body is megabytes. */
 static PyObject *
 join_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
