@@ -827,16 +827,20 @@ class PointBatch:
 
     def _take_plain_rows(self) -> tuple[Any, Any, Any] | None:
         """The rows of the one pending block, if it is plain (floats of double series, no gaps)
-        and no other block holds rows, as columns of points in record order; else None,
+        and no other block holds rows, as columns of points series by series in code order,
+        each series' points in record order (so the buffer need not sort them); else None,
         having taken nothing."""
         pending = [block for block in self._blocks.values() if block.rows]
         if len(pending) != 1 or not pending[0].plain:
             return None
         block = pending[0]
         rows, width = len(block.rows), block.width
-        codes = np.tile(np.fromiter(map(_code, block.slots), np.int64, width), rows)  # type: ignore[arg-type]
-        ts = np.repeat(np.fromiter(block.ts, np.int64, rows), width)
-        vals = np.array(block.rows, dtype=np.float64).reshape(-1)
+        row_codes = np.fromiter(map(_code, block.slots), np.int64, width)  # type: ignore[arg-type]
+        order = np.argsort(row_codes, kind="stable")
+        codes = np.repeat(row_codes[order], rows)
+        ts = np.tile(np.fromiter(block.ts, np.int64, rows), width)
+        # The matrix's columns in code order, each made a run: one gather copy.
+        vals = np.array(block.rows, dtype=np.float64).T[order].reshape(-1)
         block.ts, block.rows, block.seq = [], [], []
         self.counted -= rows * width
         self.nbytes -= rows * width * POINT_BYTES  # what row_bytes counted for them

@@ -478,7 +478,10 @@ def encode_records(
         BatchError: wrapping NotRepresentable (a value Avro cannot hold), ValueError, TypeError
             or UnicodeEncodeError (a malformed batch), with the batch's index.
     """
-    if isinstance(batches, DoubleBatches) and 0 < batches.points <= _FEW_POINTS * len(batches):
+    # Laid out from its columns whatever its records' lengths where gather_runs copies each
+    # run whole; numpy's gather goes a byte at a time, which only short records repay.
+    few = batches.points <= _FEW_POINTS * len(batches) if isinstance(batches, DoubleBatches) else False
+    if isinstance(batches, DoubleBatches) and batches.points and (gather_runs is not None or few):
         done = _double_layout(batches.keys, batches.counts, batches.timestamps, batches.values)
         if done is not None:
             return done

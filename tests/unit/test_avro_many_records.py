@@ -109,9 +109,23 @@ def test_long_records_take_the_record_by_record_path() -> None:
     assert _avro_block._double_records(long) is None
 
 
+def _long_batches(seed: int, n: int) -> list[SeriesBatch]:
+    rng = np.random.default_rng(seed)
+    return [
+        SeriesBatch(
+            SeriesKey.of(f"long{i}"),
+            ValueType.DOUBLE,
+            rng.integers(-(2**62), 2**62, points, dtype=np.int64),
+            rng.standard_normal(points),
+        )
+        for i, points in enumerate(rng.integers(1, 400, n).tolist())
+    ]
+
+
+@pytest.mark.parametrize("long", [False, True])
 @pytest.mark.parametrize("tagged", [False, True])
-def test_double_batches_are_laid_out_from_their_columns_as_their_batches_are(tagged: bool) -> None:
-    batches = _batches(4, 300, tagged)
+def test_double_batches_are_laid_out_from_their_columns_as_their_batches_are(tagged: bool, long: bool) -> None:
+    batches = _long_batches(5, 300) if long else _batches(4, 300, tagged)
     columns = DoubleBatches(
         [b.key for b in batches],
         np.array([len(b) for b in batches], np.int64),
