@@ -46,6 +46,8 @@ from beam_nominal.targets.base import FIRST_CONTACT_TIMEOUT, Request, Target, fi
 __all__ = ["DeliveryReport", "NominalStream", "StreamState"]
 
 _log = logging.getLogger("beam_nominal.stream")
+# Members looked up once: Python 3.11's EnumType runs Python code on every ``ValueType.X``.
+_DOUBLE_ARRAY, _STRING_ARRAY, _STRUCT = ValueType.DOUBLE_ARRAY, ValueType.STRING_ARRAY, ValueType.STRUCT
 
 #: Single points a stream stages, at most, before they move into its buffer.
 _SETTLE_POINTS = 4096
@@ -848,21 +850,21 @@ class NominalStream:
         row = _pack_doubles(values)
         if row is None:
             row = _values.float_row(channel, values)
-        self._sender.write(self._sender.staged.add_typed, channel, timestamp, ValueType.DOUBLE_ARRAY, row, tags)
+        self._sender.write(self._sender.staged.add_typed, channel, timestamp, _DOUBLE_ARRAY, row, tags)
 
     def enqueue_string_array(
         self, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one string-array value."""
         row = _values.string_row(channel, values)
-        self._sender.write(self._sender.staged.add_typed, channel, timestamp, ValueType.STRING_ARRAY, row, tags)
+        self._sender.write(self._sender.staged.add_typed, channel, timestamp, _STRING_ARRAY, row, tags)
 
     def enqueue_struct(
         self, channel: str, timestamp: Any, value: Mapping[str, Any], tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one struct value, stored as compact JSON text with sorted keys."""
         text = _values.struct_json(channel, value)
-        self._sender.write(self._sender.staged.add_typed, channel, timestamp, ValueType.STRUCT, text, tags)
+        self._sender.write(self._sender.staged.add_typed, channel, timestamp, _STRUCT, text, tags)
 
     def enqueue_table(
         self, table: Any, timestamp_column: str = "timestamp", tags: Mapping[str, str] | None = None

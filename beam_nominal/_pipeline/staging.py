@@ -167,7 +167,10 @@ class _Slot:
 # over a million new series these were a third of a point's cost.
 _new_slot = object.__new__
 _new_tuple = tuple.__new__
-_DOUBLE = ValueType.DOUBLE
+# Members looked up once: Python 3.11's EnumType runs Python code on every ``ValueType.X``,
+# which the per-point paths below would pay each time.
+_DOUBLE, _INT64, _STRUCT = ValueType.DOUBLE, ValueType.INT64, ValueType.STRUCT
+_DOUBLE_ARRAY, _STRING_ARRAY = ValueType.DOUBLE_ARRAY, ValueType.STRING_ARRAY
 _DOUBLE_CONV = SCALAR_CONVERTERS.get(ValueType.DOUBLE)
 
 
@@ -197,7 +200,7 @@ class _Block:
         ]
         #: Every value a float of a double series, no gaps: settled as one matrix.
         self.plain = not self.checks and all(
-            s is not None and s.vtype is ValueType.DOUBLE and s.unchecked is t
+            s is not None and s.vtype is _DOUBLE and s.unchecked is t
             for s, t in zip(slots, types, strict=True)
         )
         #: Points per row.
@@ -421,7 +424,7 @@ class PointBatch:
         """A checked point onto ``doubles`` or the flat list (the checked paths' one way there)."""
         if self._rows:
             self._settle_rows()  # rows that came first stay first
-        if slot.vtype is ValueType.DOUBLE:
+        if slot.vtype is _DOUBLE:
             self.doubles.append(slot.code, t, value)  # where add_fast puts the series' points
         else:
             self.flat.extend((slot.code, t, value))
@@ -534,7 +537,7 @@ class PointBatch:
         new_keys = [_new_tuple(SeriesKey, (names[j], base)) for j in new]
         for j, slot in zip(new, map(self._by_key.get, new_keys), strict=True):
             found[j] = slot
-        if any(s is not None and (s.vtype is not ValueType.DOUBLE or s.unchecked is not float) for s in found):
+        if any(s is not None and (s.vtype is not _DOUBLE or s.unchecked is not float) for s in found):
             return None
         for j, name in enumerate(names):
             slot = found[j]
@@ -595,7 +598,7 @@ class PointBatch:
                 slot = None
             if (
                 slot is not None
-                and slot.vtype is ValueType.DOUBLE
+                and slot.vtype is _DOUBLE
                 and timestamps.ndim == values.ndim == 1
                 and len(timestamps) == len(values) != 0
             ):
@@ -873,7 +876,7 @@ class PointBatch:
         if known is not None:
             self._register(known, channel, tags)  # a new spelling of known tags: cache it
             return known, False
-        return _Slot(-1, key, ValueType.DOUBLE), True
+        return _Slot(-1, key, _DOUBLE), True
 
     def _key(self, channel: Any, tags: Any, field: str) -> SeriesKey:
         cache_key: tuple[Any, Any] | None
@@ -922,13 +925,13 @@ class PointBatch:
                 return slot, conv(value)
             except (Mismatch, UnicodeEncodeError):
                 raise (_missing(channel, value) if is_missing(value) else _bad_value(channel, slot, value)) from None
-        if slot.vtype is ValueType.STRUCT:
+        if slot.vtype is _STRUCT:
             if not isinstance(value, Mapping):
                 raise _bad_value(channel, slot, value)
             return slot, struct_json(channel, value)
         if not isinstance(value, (list, tuple, np.ndarray)):
             raise _bad_value(channel, slot, value)
-        if slot.vtype is ValueType.DOUBLE_ARRAY:
+        if slot.vtype is _DOUBLE_ARRAY:
             return slot, float_row(channel, value)
         return slot, string_row(channel, value)
 
@@ -948,7 +951,7 @@ class PointBatch:
                 # Its __eq__ (Python code) would run whenever a str of its name is looked up in
                 # ``fast``, as the compiled ``WriteDoFn.process`` does: the checked paths take it.
                 return
-            if known.vtype is ValueType.DOUBLE and known.unchecked is float:
+            if known.vtype is _DOUBLE and known.unchecked is float:
                 self._all_fast[channel] = known.code
 
     def _fast_paths(self, on: bool) -> None:
@@ -1069,14 +1072,14 @@ class PointBatch:
         dtype = vt.numpy_dtype
         if dtype is not None:
             col: Any = vals if isinstance(vals, np.ndarray) else np.array(vals, dtype=dtype)
-        elif vt is ValueType.DOUBLE_ARRAY:
+        elif vt is _DOUBLE_ARRAY:
             col = double_rows_column(list(vals))
         else:
             col = list(vals)
         self._put(slot, ts, col, TS_BYTES * len(ts) + value_bytes(vt, col))
 
 
-_ARRAY_TYPES = (ValueType.DOUBLE_ARRAY, ValueType.STRING_ARRAY)
+_ARRAY_TYPES = (_DOUBLE_ARRAY, _STRING_ARRAY)
 
 
 def _all_empty_rows(vt: ValueType, values: Any) -> bool:
@@ -1090,7 +1093,7 @@ def _all_empty_rows(vt: ValueType, values: Any) -> bool:
 
 def _empty_rows(vt: ValueType, n: int) -> Any:
     """``n`` empty rows of an array type, in SeriesBatch form."""
-    if vt is ValueType.DOUBLE_ARRAY:
+    if vt is _DOUBLE_ARRAY:
         return [np.empty(0, dtype=np.float64)] * n
     return [()] * n
 
@@ -1104,7 +1107,7 @@ def _c_level_str(cls: type) -> bool:
 def double_column(key: SeriesKey, ts: Any, values: Any) -> Chunk:
     """The chunk of a checked double column (int64 ns, float64 values, copies the chunk owns):
     ``series_chunks``' fast path."""
-    return Chunk(key, ValueType.DOUBLE, ts, values, double_bytes(len(ts)))
+    return Chunk(key, _DOUBLE, ts, values, double_bytes(len(ts)))
 
 
 def _point_bytes(value: Any) -> int:
@@ -1128,21 +1131,21 @@ def _code(slot: _Slot) -> int:
 def _first_value(channel: str, value: Any) -> tuple[ValueType, Any]:
     """Type and converted form of a series' first value."""
     if isinstance(value, Mapping):
-        return ValueType.STRUCT, struct_json(channel, value)
+        return _STRUCT, struct_json(channel, value)
     if isinstance(value, (list, tuple, np.ndarray)):
         if isinstance(value, np.ndarray) and value.dtype.kind == "S":
             raise ElementError("value", f"array value of channel {channel!r:.80} holds bytes: decode it to str")
         if isinstance(value, np.ndarray) and value.dtype.kind in "UO" and value.size:
             items = value.tolist()
             if value.dtype.kind == "U" or all(isinstance(v, str) for v in items):
-                return ValueType.STRING_ARRAY, string_row(channel, items)
+                return _STRING_ARRAY, string_row(channel, items)
             if any(isinstance(v, str) for v in items):
                 raise ElementError("value", f"array value of channel {channel!r:.80} mixes strings and other values")
         if len(value) and all(isinstance(v, str) for v in value):
-            return ValueType.STRING_ARRAY, string_row(channel, value)
+            return _STRING_ARRAY, string_row(channel, value)
         if isinstance(value, np.ndarray) and value.ndim != 1:
             raise ElementError("value", f"array value of channel {channel!r:.80} has {value.ndim} dimensions, not 1")
-        return ValueType.DOUBLE_ARRAY, float_row(channel, value)
+        return _DOUBLE_ARRAY, float_row(channel, value)
     return convert_scalar(channel, value)
 
 
@@ -1153,7 +1156,7 @@ def _bad_value(channel: str, slot: _Slot, value: Any, got: str | None = None) ->
             check_texts(channel, "string", (value,))
         except InputError as exc:
             return exc
-    if slot.vtype is ValueType.INT64 and type(value) is int and value >= 0:
+    if slot.vtype is _INT64 and type(value) is int and value >= 0:
         return SeriesTypeError(
             f"series {slot.key.describe()} is int64 (pinned by its first value); {value} is beyond int64"
         )
