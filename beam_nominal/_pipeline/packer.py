@@ -1,14 +1,14 @@
 """Cut buffered series into requests up to a byte and point budget.
 
-Many small series share one request (one request carrying 1,000 series costs ~36x less than a
-message per series); a long series is split across requests. Cuts are deterministic: they depend
+Many small series share one request (far cheaper than a message per series); a long series is
+split across requests. Cuts are deterministic: they depend
 only on what is buffered (which depends only on input order) and the budget, so a retried Beam
 bundle produces byte-identical requests and therefore the same idempotency keys.
 
-A wide record batch's columns arrive as views of one transposed matrix sharing one timestamps
-array (``staging.py``); a series holding one chunk goes into the request as it is. Loose points
-(single doubles of many series, ``buffer.py``) are grouped by series once per cut, each series'
-batch a view of the sorted columns: nothing is made per series before the cut.
+A series holding one chunk goes into the request as it is. Loose points (single doubles of many
+series and the rows of wide records of floats, ``buffer.py``) are grouped by series once per cut,
+and a request of them is a :class:`DoubleBatches` over one run of the sorted columns: nothing is
+made per series.
 """
 
 from __future__ import annotations
