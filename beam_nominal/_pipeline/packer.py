@@ -5,7 +5,9 @@ split across requests. Cuts are deterministic: they depend
 only on what is buffered (which depends only on input order) and the budget, so a retried Beam
 bundle produces byte-identical requests and therefore the same idempotency keys.
 
-A series holding one chunk goes into the request as it is. Loose points (single doubles of many
+A series holding one chunk goes into the request as it is (the columns of a block of wide
+records not all floats are rows of one transposed matrix sharing one timestamps array,
+``staging.py``). Loose points (single doubles of many
 series and the rows of wide records of floats, ``buffer.py``) are grouped by series once per cut,
 and a request of them is a :class:`DoubleBatches` over one run of the sorted columns: nothing is
 made per series.
