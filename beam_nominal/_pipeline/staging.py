@@ -317,31 +317,15 @@ class PointBatch:
             doubles = self.doubles
             if code is None:
                 # A new series (nearly always, over a million series): made here when it can be
-                # lazy, as add_point would make it, saving that call's checks.
-                if (
-                    type(channel) is str
-                    and self.fast is self._all_fast
-                    and not self._base
-                    and channel not in self._untagged
-                    and self._new_double(channel, ts, value)
-                ):
-                    return len(doubles)
-                return 0
+                # lazy, as add_point would make it, saving that call.
+                return len(doubles) if self._new_double(channel, ts, value) else 0
             doubles.append(code, ts, value)
             return len(doubles)
         return 0
 
     def add_point(self, channel: Any, ts: Any, value: Any, tags: Any) -> None:
         """One point; ``tags`` (a mapping or None) are merged over the batch's tags."""
-        if (
-            type(value) is float
-            and type(channel) is str
-            and not tags
-            and not self._base
-            and channel not in self._untagged
-            and channel not in self._all_fast
-            and self._new_double(channel, ts, value)
-        ):
+        if type(value) is float and not tags and self._new_double(channel, ts, value):
             return
         if self._lazy_at is not None:
             self._materialize()
@@ -352,19 +336,27 @@ class PointBatch:
             self._register(slot, channel, tags)
         self._append(slot, t, value)
 
-    def _new_double(self, channel: str, ts: Any, value: float) -> bool:
-        """The first point of an untagged double series named by a plain str, in a batch without
-        tags of its own, made a lazy series: a code, a key and the fast path's map entry, no slot
+    def _new_double(self, channel: Any, ts: Any, value: float) -> bool:
+        """The first point (a float, untagged) of a series not yet known, named by a plain str,
+        in a batch without tags of its own, made a lazy series: a code, a key and the fast path's map entry, no slot
         and no other map entry (over a million series, each new, those were most of a point's
         cost, and a slot a series kept the garbage collector busy). Every other path makes the
         pending lazy series slots first (``_materialize``); single doubles reach the buffer by
         code and key alone (``move_into``). False, having done nothing, for anything else (the
         general path names what is wrong)."""
-        if not channel or len(channel) > MAX_NAME_CHARS or not channel.isascii():
+        if (
+            type(channel) is not str
+            or self._base
+            or channel in self._untagged
+            or channel in self._all_fast
+            or not channel
+            or len(channel) > MAX_NAME_CHARS
+            or not channel.isascii()
+        ):
             return False
         t = ts if type(ts) is int and _INT64_MIN < ts <= _INT64_MAX else self._timestamp(ts)
         # Its key is not in _by_key: an untagged key is registered under an equal channel in
-        # _untagged or, lazy, in _all_fast, where the caller looked.
+        # _untagged or, lazy, in _all_fast, looked up above.
         slots = self._slots
         code = len(slots)
         slots.append(None)
@@ -831,8 +823,8 @@ class PointBatch:
     def _take_plain_rows(self) -> tuple[Any, Any, Any] | None:
         """The rows of the one pending block, if it is plain (floats of double series, no gaps)
         and no other block holds rows, as columns of points series by series in code order,
-        each series' points in record order (so the buffer need not sort them); else None,
-        having taken nothing."""
+        each series' points in record order (a buffer holding only these need not sort them);
+        else None, having taken nothing."""
         pending = [block for block in self._blocks.values() if block.rows]
         if len(pending) != 1 or not pending[0].plain:
             return None

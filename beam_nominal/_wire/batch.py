@@ -43,6 +43,9 @@ _SET_KEY, _SET_TYPE, _SET_TS, _SET_VALUES = (
 )
 
 
+_DOUBLE = ValueType.DOUBLE  # looked up once: Python 3.11's EnumType runs Python code for each
+
+
 def new_batch(key: SeriesKey, value_type: ValueType, timestamps: Any, values: Any) -> SeriesBatch:
     """``SeriesBatch(key, value_type, timestamps, values)``, for fields already in its form."""
     b = _NEW_BATCH(SeriesBatch)
@@ -104,7 +107,7 @@ class DoubleBatches(Sequence[SeriesBatch]):
         k %= len(self.keys)
         a = int(self.starts[k])
         b = a + int(self.counts[k])
-        return new_batch(key, ValueType.DOUBLE, self.timestamps[a:b], self.values[a:b])
+        return new_batch(key, _DOUBLE, self.timestamps[a:b], self.values[a:b])
 
     def __iter__(self) -> Iterator[SeriesBatch]:
         starts = self.starts.tolist()
@@ -113,7 +116,7 @@ class DoubleBatches(Sequence[SeriesBatch]):
         return map(
             new_batch,
             map(series_key, self.keys),
-            itertools.repeat(ValueType.DOUBLE),
+            itertools.repeat(_DOUBLE),
             map(ts.__getitem__, map(slice, starts, ends)),
             map(vals.__getitem__, map(slice, starts, ends)),
         )

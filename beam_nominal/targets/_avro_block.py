@@ -480,8 +480,9 @@ def encode_records(
     """
     # Laid out from its columns whatever its records' lengths where gather_runs copies each
     # run whole; numpy's gather goes a byte at a time, which only short records repay.
-    few = batches.points <= _FEW_POINTS * len(batches) if isinstance(batches, DoubleBatches) else False
-    if isinstance(batches, DoubleBatches) and batches.points and (gather_runs is not None or few):
+    if isinstance(batches, DoubleBatches) and batches.points and (
+        gather_runs is not None or batches.points <= _FEW_POINTS * len(batches)
+    ):
         done = _double_layout(batches.keys, batches.counts, batches.timestamps, batches.values)
         if done is not None:
             return done
