@@ -1,9 +1,10 @@
 """Client memory under a stalled server, by buffer cap, on both wires (docs/reliability.md).
 
 For each cap, a child process (tests/integration/_memory_child.py) runs a ``NominalStream`` with
-``max_buffered_bytes=cap`` against a loopback proxy that accepts and then forwards nothing, enqueues
-2 MiB batches until an enqueue has blocked for a second, and reports its RSS growth over its RSS
-before the stream existed; then closes with a 1 s timeout.
+``max_buffered_bytes=cap`` and its wire's default request size against a loopback proxy that
+accepts and then forwards nothing, enqueues 2 MiB batches until an enqueue has blocked for a
+second, and reports its RSS growth over its RSS before the stream existed; then closes with a 1 s
+timeout.
 
 Also shows what the stream's live requests hold then (columns and encoded bodies, the two things
 its budget counts), and the bytes glibc's heaps hold free (resident, not handed back: what the
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         "cap (MiB)",
         "enqueued before blocking (MiB)",
         "RSS growth (MiB)",
-        "growth / cap",
+        "growth - cap (MiB)",
         "live requests: columns + encoded (MiB)",
         "malloc free heap (MiB)",
         "blocked",
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                     live = f"{r['request_columns_bytes'] / 2**20:.1f} + {r['request_encoded_bytes'] / 2**20:.1f}"
                     free = "-" if r["malloc_free_bytes"] is None else f"{r['malloc_free_bytes'] / 2**20:.0f}"
                     print(
-                        f"| {wire} | {cap} | {r['enqueued_bytes'] / 2**20:.0f} | {growth:.1f} | {growth / cap:.2f} "
+                        f"| {wire} | {cap} | {r['enqueued_bytes'] / 2**20:.0f} | {growth:.1f} | {growth - cap:.1f} "
                         f"| {live} | {free} | {r['blocked']} | {r['close_seconds']:.2f} |",
                         flush=True,
                     )

@@ -2,7 +2,9 @@
 
 Usage: python _memory_child.py URL DATASET CAP_BYTES CLOSE_TIMEOUT
 
-Enqueues 1 MiB batches from a thread until an enqueue has blocked for a second, sampling its own
+The stream keeps its wire's default request size (``max_request_bytes``), as users' streams do:
+what the client holds beyond its cap scales with that size, not with the cap. Enqueues 2 MiB
+batches from a thread until an enqueue has blocked for a second, sampling its own
 RSS the whole time, then closes with CLOSE_TIMEOUT. Prints one JSON line: the RSS before the
 stream existed and its peak, the bytes enqueued, whether enqueue blocked, how long close took and
 what it raised, and what the stream's requests and glibc's free heap hold once enqueue blocked.
@@ -68,7 +70,6 @@ def main() -> None:
         dataset_rid=rid,
         linger=None,
         max_buffered_bytes=cap,
-        max_request_bytes=cap // 8,
         block_on_full=True,
         attempt_timeout=600,
         max_attempts=10_000,
