@@ -32,11 +32,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from beam_nominal._wire import runs
 from beam_nominal._wire._proto.nominal.direct_channel_writer.v2 import (
     direct_channel_writer_common_pb2 as common,
 )
 from beam_nominal._wire._varint import I64, U8, U64, encode_varints, varint_bytes, varint_lengths
-from beam_nominal._wire.batch import SeriesBatch
+from beam_nominal._wire.batch import DoubleBatches, SeriesBatch
 from beam_nominal.model import SeriesKey, ValueType
 
 __all__ = [
@@ -663,6 +664,16 @@ def encode_columns(
     if source_name is not None and layout.source_key is None:
         raise ValueError(f"{layout.name} has no source name field")
     tag = layout.timestamp_tag
+    if isinstance(batches, DoubleBatches) and batches.points and runs.pays(batches.points, len(batches)):
+        laid = _double_columns(layout, batches)
+        if laid is not None:
+            return b"".join(
+                [
+                    _string_field(layout.rid_key, dataset_rid) if dataset_rid else b"",
+                    laid,
+                    b"" if source_name is None else _string_field(layout.source_key or b"", source_name),
+                ]
+            )
     batches = list(batches)
     nb = len(batches)
     vts: list[ValueType] = [ValueType.DOUBLE] * nb
@@ -788,6 +799,44 @@ def encode_columns(
         assert layout.source_key is not None
         parts.append(_string_field(layout.source_key, source_name))
     return b"".join(parts)
+
+
+def _double_columns(layout: ColumnLayout, batches: DoubleBatches) -> memoryview | None:
+    """The batch messages of many double series laid out from their columns
+    (``runs.lay_out``), as the series-by-series path writes them. None, having made nothing,
+    where a key has tags or a channel that is not ASCII, or a timestamp is before 1970: that
+    path takes those."""
+    heads = runs.key_heads(batches.keys, _encode_key)
+    ts, vals, counts = batches.timestamps, batches.values, batches.counts
+    if heads is None or int(ts.min()) < 0:
+        return None
+    head_columns, head_lens = heads
+    framings, framing_lens, framing_at = runs.by_value(
+        counts, lambda n: _values_body(ValueType.DOUBLE, 8 * n, n, layout)
+    )
+    columns_lens = counts * (TIMESTAMP_BYTES + 8) + framing_lens
+    values = np.ascontiguousarray(vals, dtype="<f8")
+    # Each batch: its field key and length, channel (and no tags), [points field key and
+    # length,] timestamps, values framing, values.
+    body_lens = head_lens + columns_lens
+    wrap: list[runs.Column] = []
+    if layout.points_key is not None:
+        wrap_lens, wrap_len_sizes = encode_varints(columns_lens.astype(np.uint64))
+        wrap = [(layout.points_key, len(layout.points_key), 0), (wrap_lens, wrap_len_sizes, None)]
+        body_lens = body_lens + len(layout.points_key) + wrap_len_sizes
+    batch_lens, batch_len_sizes = encode_varints(body_lens.astype(np.uint64))
+    return runs.lay_out(
+        [
+            (layout.batch_key, len(layout.batch_key), 0),
+            (batch_lens, batch_len_sizes, None),
+            *head_columns,
+            *wrap,
+            (_timestamps_5(ts, layout.timestamp_tag), counts * TIMESTAMP_BYTES, None),
+            (framings, framing_lens, framing_at),
+            (values, counts * 8, None),
+        ],
+        len(counts),
+    )
 
 
 def _checked_type(i: int, batch: SeriesBatch) -> ValueType:

@@ -44,10 +44,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from beam_nominal._wire import reference_row, scratch
+from beam_nominal._wire import reference_row, runs, scratch
 from beam_nominal._wire._proto.nominal.write import nominal_write_pb2 as nw
-from beam_nominal._wire._varint import I64, U8, U64, varint_bytes, varint_lengths
-from beam_nominal._wire.batch import DecodedRequest, MalformedBatchError, SeriesBatch, StringRows
+from beam_nominal._wire._varint import I64, U8, U64, encode_varints, varint_bytes, varint_lengths
+from beam_nominal._wire.batch import DecodedRequest, DoubleBatches, MalformedBatchError, SeriesBatch, StringRows
 from beam_nominal._wire.encode import (
     TIMESTAMP_BYTES,
     TIMESTAMP_BYTES_NEGATIVE,
@@ -441,6 +441,11 @@ def _body_parts(batches: Sequence[SeriesBatch], session_name: str | None) -> tup
     views of this thread's point matrices, valid until its next encode) and, with the C
     extension, ``(ns, values)`` pairs of series of doubles after 1970, whose points
     ``_fastpath.join_into`` writes; see :func:`encode_write_nominal`."""
+    if isinstance(batches, DoubleBatches) and batches.points and runs.pays(batches.points, len(batches)):
+        laid = _double_series(batches)
+        if laid is not None:
+            tail = b"" if session_name is None else _string_field(_T2, session_name)
+            return [laid, tail], len(laid) + len(tail)
     batches = list(batches)
     nb = len(batches)
     matrices = _Matrices()
@@ -528,6 +533,32 @@ def _body_parts(batches: Sequence[SeriesBatch], session_name: str | None) -> tup
         parts.append(_string_field(_T2, session_name))
         size += len(parts[-1])
     return parts, size
+
+
+def _double_series(batches: DoubleBatches) -> memoryview | None:
+    """The ``Series`` of many double series laid out from their columns (``runs.lay_out``), as
+    the series-by-series path writes them. None, having made nothing, where a key has tags or a
+    channel that is not ASCII, or a timestamp is before 1970: that path takes those."""
+    heads = runs.key_heads(batches.keys, _encode_series_key)
+    ts, vals, counts = batches.timestamps, batches.values, batches.counts
+    if heads is None or int(ts.min()) < 0:
+        return None
+    head_columns, head_lens = heads
+    points = _double_points(ts, TIMESTAMP_BYTES, vals, _Matrices())
+    point_lens = counts * _DOUBLE_STRIDE
+    framings, framing_lens, framing_at = runs.by_value(point_lens, lambda size: _points_framing(ValueType.DOUBLE, size))
+    series_lens, series_len_sizes = encode_varints((head_lens + framing_lens + point_lens).astype(np.uint64))
+    # Each Series: its field key and length, channel (and no tags), points framing, points.
+    return runs.lay_out(
+        [
+            (_T1, 1, 0),
+            (series_lens, series_len_sizes, None),
+            *head_columns,
+            (framings, framing_lens, framing_at),
+            (points, point_lens, None),
+        ],
+        len(counts),
+    )
 
 
 def _joined(columns: list[Any]) -> Any:

@@ -12,13 +12,14 @@ what fastavro's writer produces for the same records (the tests compare).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from beam_nominal._wire import runs
 from beam_nominal._wire.batch import DoubleBatches, SeriesBatch
 from beam_nominal._wire.scratch import Scratch
 from beam_nominal.model import KeyTuple, ValueType
@@ -26,12 +27,6 @@ from beam_nominal.model import KeyTuple, ValueType
 U8 = npt.NDArray[np.uint8]
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
-
-gather_runs: Callable[[Any, I64, I64], bytes] | None
-try:
-    from beam_nominal._pipeline._fastpath import gather_runs
-except ImportError:  # the pure build: numpy gathers through an index
-    gather_runs = None
 
 _INT64_MAX = 2**63 - 1
 _EXACT_DOUBLE = 2**53
@@ -478,11 +473,7 @@ def encode_records(
         BatchError: wrapping NotRepresentable (a value Avro cannot hold), ValueError, TypeError
             or UnicodeEncodeError (a malformed batch), with the batch's index.
     """
-    # Laid out from its columns whatever its records' lengths where gather_runs copies each
-    # run whole; numpy's gather goes a byte at a time, which only short records repay.
-    if isinstance(batches, DoubleBatches) and batches.points and (
-        gather_runs is not None or batches.points <= _FEW_POINTS * len(batches)
-    ):
+    if isinstance(batches, DoubleBatches) and batches.points and runs.pays(batches.points, len(batches)):
         done = _double_layout(batches.keys, batches.counts, batches.timestamps, batches.values)
         if done is not None:
             return done
@@ -627,7 +618,6 @@ _JOIN_BELOW = 256
 #: and the most points a record may hold on average there (the gather copies byte by byte,
 #: where the general path copies a record's timestamps and values as whole slices).
 _MANY_RECORDS = 64
-_FEW_POINTS = 16
 _DOUBLE = ValueType.DOUBLE
 _VALUE_TYPE, _TIMESTAMPS, _VALUES, _KEY = (attrgetter(f) for f in ("value_type", "timestamps", "values", "key"))
 _NAME, _TAGS = itemgetter(0), itemgetter(1)
@@ -646,7 +636,7 @@ def _double_records(batches: list[SeriesBatch]) -> tuple[memoryview, int, int] |
         return None  # (by identity, as everywhere: a str equal to a member is not one)
     stamps = list(map(_TIMESTAMPS, batches))
     try:
-        if sum(map(len, stamps)) > _FEW_POINTS * len(stamps):
+        if sum(map(len, stamps)) > runs.FEW_POINTS * len(stamps):
             return None  # long records: the general path copies each as a few slices
     except TypeError:
         return None
@@ -696,37 +686,23 @@ def _double_layout(keys: list[KeyTuple], counts: I64, ts: I64, vals: Any) -> tup
     ts_bytes, ts_sizes = long_varints(ts)
     ts_lens = counts * ts_sizes if isinstance(ts_sizes, int) else np.add.reduceat(ts_sizes, np.cumsum(counts) - counts)
     val_bytes = double_items(vals, B_DOUBLE)
-    zero = np.zeros(1, np.uint8)
+    n = len(keys)
     # Each record: name length, name, count, timestamps, 0 (end of the timestamps array),
     # count, values, 0 (end of the values array), tags map (0 for an empty one).
-    sources = [len_bytes, name_bytes, cnt_bytes, ts_bytes, zero, cnt_bytes, val_bytes, np.frombuffer(tags, np.uint8)]
-    n = len(keys)
-    lens = np.empty((n, 8), np.int64)
-    lens[:, 0] = len_sizes
-    lens[:, 1] = name_lens
-    lens[:, 2] = cnt_sizes
-    lens[:, 3] = ts_lens
-    lens[:, 4] = 1
-    lens[:, 5] = cnt_sizes
-    lens[:, 6] = counts * 9
-    lens[:, 7] = tag_lens
-    # Where each run starts in its source: runs of one source follow each other record by
-    # record (the one zero byte is read again by every record).
-    src = np.concatenate(sources)
-    base = np.cumsum([0] + [len(x) for x in sources[:-1]])
-    starts = np.cumsum(lens, axis=0) - lens + base
-    starts[:, 4] = base[4]
-    flat_lens = lens.ravel()
-    if gather_runs is not None:
-        return memoryview(gather_runs(src, starts.ravel(), flat_lens)), n, int(counts.sum())
-    total = int(flat_lens.sum())
-    # int32 indexes where they fit: the index is the largest array here, and half as wide is
-    # half the memory written and read.
-    itype: type[np.signedinteger[Any]] = np.int32 if total + len(src) < 2**31 else np.int64
-    out_starts = np.cumsum(flat_lens) - flat_lens
-    index: npt.NDArray[np.signedinteger[Any]] = np.arange(total, dtype=itype)
-    index += np.repeat((starts.ravel() - out_starts).astype(itype), flat_lens)
-    return src[index].data, n, int(counts.sum())
+    laid = runs.lay_out(
+        [
+            (len_bytes, len_sizes, None),
+            (name_bytes, name_lens, None),
+            (cnt_bytes, cnt_sizes, None),
+            (ts_bytes, ts_lens, None),
+            (b"\x00", 1, 0),
+            (cnt_bytes, cnt_sizes, None),
+            (val_bytes, counts * 9, None),
+            (tags, tag_lens, None),
+        ],
+        n,
+    )
+    return laid, n, int(counts.sum())
 
 
 def _concat(arrays: list[Any], dtype: type, scratch: Scratch | None, name: str) -> npt.NDArray[Any]:

@@ -8,8 +8,6 @@ import io
 import fastavro
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from beam_nominal._wire.batch import DoubleBatches, SeriesBatch
 from beam_nominal.model import SeriesKey, ValueType
@@ -135,24 +133,6 @@ def test_double_batches_are_laid_out_from_their_columns_as_their_batches_are(tag
     data, records, points = encode_records(columns, "long")
     assert (records, points) == (300, columns.points)
     assert bytes(data) == _record_by_record(batches)
-
-
-@pytest.mark.skipif(_avro_block.gather_runs is None, reason="built without the C extension")
-@given(st.binary(max_size=200), st.lists(st.tuples(st.integers(0, 220), st.integers(0, 50)), max_size=40))
-def test_gather_runs_is_the_runs_concatenated_or_refuses_one_outside(src: bytes, runs: list[tuple[int, int]]) -> None:
-    gather = _avro_block.gather_runs
-    assert gather is not None
-    starts = np.array([a for a, _ in runs], np.int64)
-    lens = np.array([n for _, n in runs], np.int64)
-    if all(a + n <= len(src) for a, n in runs):
-        assert gather(np.frombuffer(src, np.uint8), starts, lens) == b"".join(src[a : a + n] for a, n in runs)
-    else:
-        with pytest.raises(ValueError, match="outside"):
-            gather(src, starts, lens)
-    with pytest.raises(TypeError, match="gather_runs: starts must be a 1-D int64 array"):
-        gather(src, starts.astype(np.int32), lens)
-    with pytest.raises(TypeError, match="gather_runs: lens must be a 1-D int64 array"):
-        gather(src, starts, lens.reshape(-1, 1))
 
 
 def test_double_batches_without_series_are_no_records() -> None:

@@ -14,8 +14,7 @@ PURE = os.environ.get("BEAM_NOMINAL_TEST_PURE") == "1"
 _CHECK = """
 import importlib
 from beam_nominal._pipeline import staging, values
-from beam_nominal._wire import scratch
-from beam_nominal.targets import _avro_block
+from beam_nominal._wire import runs, scratch
 from beam_nominal.beam._dofn import WriteDoFn, _PythonProcess
 try:
     importlib.import_module("beam_nominal._pipeline._fastpath")
@@ -27,7 +26,7 @@ print(
     compiled_importable,
     WriteDoFn.process is _PythonProcess.process,
     staging.DoublePoints is staging._DoublePoints,
-    values.join_into is None and scratch.join_into is None and _avro_block.gather_runs is None,
+    values.join_into is None and scratch.join_into is None and runs.gather_runs is None,
 )
 """
 

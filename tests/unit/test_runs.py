@@ -1,0 +1,126 @@
+"""Records laid out from columns of runs (``_wire/runs.py``), and the protobuf encoders that lay
+out many double series from their columns: every wire's bytes equal those its series-by-series
+path writes for the same series, whatever the names' and series' lengths (varint sizes change at
+128 and 16,384), and a request the column path does not take goes by that path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from beam_nominal._wire import encode, runs, write_nominal
+from beam_nominal._wire.batch import DoubleBatches
+from beam_nominal._wire.write_batches_v2 import WRITE_BATCHES_V2
+from beam_nominal.model import SeriesKey
+
+LAYOUTS = [encode.COLUMN_BATCHES, WRITE_BATCHES_V2]
+
+
+@pytest.mark.skipif(runs.gather_runs is None, reason="built without the C extension")
+@given(st.binary(max_size=200), st.lists(st.tuples(st.integers(0, 220), st.integers(0, 50)), max_size=40))
+def test_gather_runs_is_the_runs_concatenated_or_refuses_one_outside(src: bytes, pairs: list[tuple[int, int]]) -> None:
+    gather = runs.gather_runs
+    assert gather is not None
+    starts = np.array([a for a, _ in pairs], np.int64)
+    lens = np.array([n for _, n in pairs], np.int64)
+    if all(a + n <= len(src) for a, n in pairs):
+        assert gather(np.frombuffer(src, np.uint8), starts, lens) == b"".join(src[a : a + n] for a, n in pairs)
+    else:
+        with pytest.raises(ValueError, match="outside"):
+            gather(src, starts, lens)
+    with pytest.raises(TypeError, match="gather_runs: starts must be a 1-D int64 array"):
+        gather(src, starts.astype(np.int32), lens)
+    with pytest.raises(TypeError, match="gather_runs: lens must be a 1-D int64 array"):
+        gather(src, starts, lens.reshape(-1, 1))
+
+
+@given(st.lists(st.tuples(st.binary(max_size=5), st.binary(max_size=5), st.integers(0, 2)), max_size=30))
+def test_lay_out_writes_each_record_as_its_runs_in_column_order(records: list[tuple[bytes, bytes, int]]) -> None:
+    fixed = [b"A", b"BB", b"CCC"]
+    firsts = b"".join(r[0] for r in records)
+    seconds = b"".join(r[1] for r in records)
+    starts = np.cumsum([0, 1, 2])
+    laid = runs.lay_out(
+        [
+            (b"#", 1, 0),
+            (firsts, np.array([len(r[0]) for r in records], np.int64), None),
+            (b"".join(fixed), np.array([r[2] + 1 for r in records], np.int64), starts[[r[2] for r in records]]),
+            (np.frombuffer(seconds, np.uint8), np.array([len(r[1]) for r in records], np.int64), None),
+        ],
+        len(records),
+    )
+    assert bytes(laid) == b"".join(b"#" + a + fixed[k] + b for a, b, k in records)
+
+
+def test_by_value_calls_once_per_distinct_value() -> None:
+    calls: list[int] = []
+
+    def make(v: int) -> bytes:
+        calls.append(v)
+        return b"x" * v
+
+    joined, lens, at = runs.by_value(np.array([3, 1, 3, 2, 1], np.int64), make)
+    assert sorted(calls) == [1, 2, 3]
+    assert [joined[a : a + n] for a, n in zip(at.tolist(), lens.tolist(), strict=True)] == [
+        b"xxx", b"x", b"xxx", b"xx", b"x"
+    ]
+    calls.clear()
+    assert runs.by_value(np.array([4, 4], np.int64), make)[1].tolist() == [4, 4] and calls == [4]
+
+
+def _batches(names: list[str], counts: list[int], seed: int, ts_low: int = 0) -> DoubleBatches:
+    rng = np.random.default_rng(seed)
+    total = sum(counts)
+    ts = rng.integers(ts_low, 2**62, total, dtype=np.int64)
+    return DoubleBatches(
+        [(n, ()) for n in names], np.array(counts, np.int64), ts, rng.standard_normal(total)
+    )
+
+
+def _assert_wires_equal(db: DoubleBatches, taken: bool) -> None:
+    """Each wire's bytes for ``db`` equal those of its series one by one; ``taken``: whether
+    the column path took the request."""
+    assert (write_nominal._double_series(db) is not None) is taken
+    for session in (None, "session"):
+        assert write_nominal.encode_write_nominal(db, session) == write_nominal.encode_write_nominal(list(db), session)
+    for layout in LAYOUTS:
+        assert (encode._double_columns(layout, db) is not None) is taken
+        for rid in ("", "ri.x"):
+            source = "src" if layout.source_key is not None else None
+            one_by_one = encode.encode_columns(layout, rid, list(db), source)
+            assert encode.encode_columns(layout, rid, db, source) == one_by_one
+
+
+_NAME_LENGTHS = st.sampled_from([1, 2, 9, 126, 127, 128, 129, 300, 1024])
+_COUNTS = st.sampled_from([1, 2, 3, 9, 15, 16, 17, 655, 656, 744, 745, 1170, 2047, 2048])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(_NAME_LENGTHS, _COUNTS), min_size=1, max_size=40), st.integers(0, 2**32))
+def test_many_double_series_encode_as_series_by_series(series: list[tuple[int, int]], seed: int) -> None:
+    # Unique names of the lengths drawn (a DoubleBatches holds each series once).
+    names = [str(i).rjust(length, "c") if length > 1 else chr(65 + i) for i, (length, _) in enumerate(series)]
+    _assert_wires_equal(_batches(names, [c for _, c in series], seed), taken=True)
+
+
+def test_a_hundred_thousand_one_point_series_take_the_column_path() -> None:
+    db = _batches([f"ch{i:07d}" for i in range(100_000)], [1] * 100_000, 0)
+    _assert_wires_equal(db, taken=True)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["tagged", "non-ascii", "before-1970"],
+)
+def test_what_the_column_path_does_not_take_goes_series_by_series(case: str) -> None:
+    names = ["a", "bb", "ccc"]
+    if case == "non-ascii":
+        names[1] = "b\u00e9"
+    db = _batches(names, [1, 2, 3], 7, ts_low=-(2**40) if case == "before-1970" else 0)
+    if case == "before-1970":
+        db.timestamps[0] = -1
+    if case == "tagged":
+        db.keys[1] = SeriesKey.of("bb", {"rig": "A"})
+    _assert_wires_equal(db, taken=False)
