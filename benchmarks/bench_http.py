@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import trees
-from benchmarks.bench_stream import Server, _measure, _shapes, round_spread
+from benchmarks.bench_stream import AT_SCALE, Server, _measure, _shapes, round_spread
 
 CLIENTS = ("nominal-streaming", "ours→http-row", "ours→http-columnar", "ours→grpc")
 
@@ -116,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.request_mib:
         os.environ["BENCH_REQUEST_MIB"] = str(args.request_mib)
     shapes = _shapes(args.scale)
-    if args.only:
-        shapes = {k: v for k, v in shapes.items() if k in args.only}
+    shapes = {k: v for k, v in shapes.items() if (k in args.only if args.only else k not in AT_SCALE)}
     clients = tuple(args.clients) + (("ours→http-row" + trees.OLD,) if args.old else ())
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     served: dict[tuple[str, str], list[float]] = {}  # server CPU seconds a run

@@ -664,7 +664,7 @@ def encode_columns(
     if source_name is not None and layout.source_key is None:
         raise ValueError(f"{layout.name} has no source name field")
     tag = layout.timestamp_tag
-    if isinstance(batches, DoubleBatches) and batches.points and runs.pays(batches.points, len(batches)):
+    if isinstance(batches, DoubleBatches) and batches.points and runs.short(batches.points, len(batches)):
         laid = _double_columns(layout, batches)
         if laid is not None:
             return b"".join(

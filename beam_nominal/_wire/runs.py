@@ -20,7 +20,7 @@ import numpy as np
 from beam_nominal._wire._varint import I64, U8
 from beam_nominal.model import KeyTuple, SeriesKey
 
-__all__ = ["FEW_POINTS", "Column", "by_value", "gather_runs", "key_heads", "lay_out", "pays"]
+__all__ = ["FEW_POINTS", "Column", "by_value", "gather_runs", "key_heads", "lay_out", "pays", "short"]
 
 gather_runs: Callable[[Any, I64, I64], bytes] | None
 try:
@@ -39,11 +39,18 @@ Column = tuple[Any, Any, Any]
 _CHANNEL, _TAGS = itemgetter(0), itemgetter(1)
 
 
+def short(points: int, records: int) -> bool:
+    """``records`` of ``points`` in all are a few points each: laid out from columns, they cost
+    less than one by one, on any build (one by one, a record of many points costs about as much
+    as its points, which the layout copies once more)."""
+    return points <= FEW_POINTS * records
+
+
 def pays(points: int, records: int) -> bool:
-    """Laying ``records`` of ``points`` in all out from columns costs less than making them one by
-    one: always where ``gather_runs`` copies each run whole; in the pure build, whose numpy gather
-    goes a byte at a time, for short records only."""
-    return gather_runs is not None or points <= FEW_POINTS * records
+    """Laying Avro ``records`` of ``points`` in all out from columns costs less than making them
+    one by one: always where ``gather_runs`` copies each run whole; in the pure build, whose
+    numpy gather goes a byte at a time, for short records only."""
+    return gather_runs is not None or short(points, records)
 
 
 def lay_out(columns: Sequence[Column], n: int) -> memoryview:

@@ -441,7 +441,7 @@ def _body_parts(batches: Sequence[SeriesBatch], session_name: str | None) -> tup
     views of this thread's point matrices, valid until its next encode) and, with the C
     extension, ``(ns, values)`` pairs of series of doubles after 1970, whose points
     ``_fastpath.join_into`` writes; see :func:`encode_write_nominal`."""
-    if isinstance(batches, DoubleBatches) and batches.points and runs.pays(batches.points, len(batches)):
+    if isinstance(batches, DoubleBatches) and batches.points and runs.short(batches.points, len(batches)):
         laid = _double_series(batches)
         if laid is not None:
             tail = b"" if session_name is None else _string_field(_T2, session_name)
