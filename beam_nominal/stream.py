@@ -177,8 +177,8 @@ class Sender:
         self.max_points = batch.max_request_points
         self.budget = upload.max_buffered_bytes
         self.seq = 0
-        #: seq -> (request, estimated bytes) for every request cut and not yet ended.
-        self.in_flight: dict[int, tuple[Request, int]] = {}
+        #: seq -> request, for every request cut and not yet ended.
+        self.in_flight: dict[int, Request] = {}
         self.in_flight_bytes = 0
         #: Clock time at which the buffer last went from empty to holding points (for linger).
         self.first_buffered_at: float | None = None
@@ -262,7 +262,7 @@ class Sender:
 
     def cut_and_register(self, final: bool) -> list[Request]:
         self.move_staged()
-        cuts = cut_requests(
+        requests = cut_requests(
             self.buffer,
             dataset_rid=self.dataset_rid,
             max_bytes=self.max_bytes,
@@ -271,16 +271,14 @@ class Sender:
             next_seq=self.seq,
             source_name=self.source_name,
         )
-        out = []
-        for c in cuts:
-            self.in_flight[c.request.seq] = (c.request, c.nbytes)
-            self.in_flight_bytes += c.nbytes
-            out.append(c.request)
-        self.seq += len(cuts)
-        self._pending_submit.extend(out)
+        for r in requests:
+            self.in_flight[r.seq] = r
+            self.in_flight_bytes += r.buffered_bytes
+        self.seq += len(requests)
+        self._pending_submit.extend(requests)
         if not self.buffer.points:
             self.first_buffered_at = None
-        return out
+        return requests
 
     def write(self, add: Callable[..., list[Chunk] | None], *args: Any) -> None:
         """Every write but ``enqueue`` (which inlines these steps): backpressure, ``add(*args)``
@@ -369,10 +367,10 @@ class Sender:
 
     def on_done(self, request: Request, outcome: Outcome) -> None:
         with self.lock:
-            entry = self.in_flight.pop(request.seq, None)
-            if entry is None:
+            known = self.in_flight.pop(request.seq, None)
+            if known is None:
                 return  # already written off by a timed-out close
-            self.in_flight_bytes -= entry[1]
+            self.in_flight_bytes -= known.buffered_bytes
             self._settle(request, outcome)
             self.full = self.buffer.nbytes + self.in_flight_bytes >= self.budget
             self.gate = self.full or not self.accepting
@@ -467,7 +465,7 @@ class Sender:
             while any(seq < upto for seq in self.in_flight):
                 remaining = None if deadline is None else deadline - self.clock()
                 if remaining is not None and remaining <= 0:
-                    pending = [r for s, (r, _) in self.in_flight.items() if s < upto]
+                    pending = [r for s, r in self.in_flight.items() if s < upto]
                     raise self._timeout_error(f"flush timed out after {timeout}s", pending, write_off=False)
                 self.wait(remaining)
                 if self.take_interrupt():
@@ -536,7 +534,7 @@ class Sender:
                     self.in_flight_bytes = 0
                     self.cond.notify_all()  # a flush waiting on these must not wait on
                     why = "close interrupted by Ctrl+C" if cut else f"close timed out after {timeout}s"
-                    error = self._timeout_error(why, [r for r, _ in abandoned], write_off=True)
+                    error = self._timeout_error(why, abandoned, write_off=True)
                 else:
                     error = self.failure("close")
             if abandoned:

@@ -41,6 +41,10 @@ class Request:
     source_name: str | None = None
     #: Sequence number within its stream, for logs and deterministic naming.
     seq: int = 0
+    #: The packer's estimate of the buffered bytes this request took off its stream's budget,
+    #: which the budget gets back when the request is settled (0 for a request not cut from a
+    #: buffer, such as the parts a too-large request is split into: its own settling releases them).
+    buffered_bytes: int = field(default=0, kw_only=True, repr=False)
     points: int = field(init=False)
 
     def __post_init__(self) -> None:
