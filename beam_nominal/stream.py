@@ -35,7 +35,7 @@ from beam_nominal._pipeline import interrupt as _interrupt
 from beam_nominal._pipeline import values as _values
 from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._pipeline.packer import cut_requests
-from beam_nominal._pipeline.staging import Chunk, PointBatch
+from beam_nominal._pipeline.staging import PointBatch
 from beam_nominal._pipeline.uploader import Outcome, Uploader
 from beam_nominal._wire.batch import DoubleBatches, SeriesBatch
 from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
@@ -172,7 +172,7 @@ class Sender:
         #: Single points staged (``staged.singles_due``) before they move into the buffer, at most a
         #: request's worth; other writes move once they hold a request's worth of bytes
         #: (``staged.nbytes``): moving wide rows sooner would cut each record into thousands of
-        #: one-row chunks, later would hide bytes from the budget.
+        #: one-row batches, later would hide bytes from the budget.
         self.settle_singles = max(1, min(_SETTLE_POINTS, batch.max_request_bytes // 24))
         self.max_points = batch.max_request_points
         self.budget = upload.max_buffered_bytes
@@ -280,12 +280,12 @@ class Sender:
             self.first_buffered_at = None
         return requests
 
-    def write(self, add: Callable[..., list[Chunk] | None], *args: Any) -> None:
+    def write(self, add: Callable[..., list[tuple[SeriesBatch, int]] | None], *args: Any) -> None:
         """Every write but ``enqueue`` (which inlines these steps): backpressure, ``add(*args)``
         on the staged batch under the lock, then the move into the buffer and the cut when due.
 
-        A column adder (batch, table) returns its checked chunks, which go into the
-        buffer at once, so the budget sees them whole; points and rows (adders returning None)
+        A column adder (``series_batches``, ``table_batches``) returns its checked (batch, bytes)
+        pairs, which go into the buffer at once, so the budget sees them whole; points and rows (adders returning None)
         stay staged until they make a request's worth (or _SETTLE_POINTS single points).
         """
         lock = self.lock
@@ -335,13 +335,13 @@ class Sender:
         self.move_staged()
         return self.cut_due()
 
-    def put_columns(self, chunks: list[Chunk]) -> Sequence[Request]:
-        """Lock held: :meth:`settled`, with columns the PointBatch checked (``series_chunks``
+    def put_columns(self, batches: list[tuple[SeriesBatch, int]]) -> Sequence[Request]:
+        """Lock held: :meth:`settled`, with columns the PointBatch checked (``series_batches``
         ...) put straight into the buffer after what the batch holds, which came first."""
         self.move_staged()
         add = self.buffer.add
-        for chunk in chunks:
-            add(*chunk)
+        for batch, nbytes in batches:
+            add(batch.key, batch.value_type, batch.timestamps, batch.values, nbytes)
         return self.cut_due()
 
     def cut_due(self) -> Sequence[Request]:
@@ -825,7 +825,7 @@ class NominalStream:
             ValueError: lengths differ, or a bad channel/timestamp.
             SeriesTypeError / TypeError: a value type conflict or an unsupported value.
         """
-        self._sender.write(self._sender.staged.series_chunks, channel, timestamps, values, tags)
+        self._sender.write(self._sender.staged.series_batches, channel, timestamps, values, tags)
 
     def enqueue_from_dict(
         self, timestamp: Any, channel_values: Mapping[str, Any], tags: Mapping[str, str] | None = None
@@ -885,7 +885,7 @@ class NominalStream:
             SeriesTypeError / TypeError: a column conflicts with its series or has no Nominal type;
                 nothing from the table is buffered.
         """
-        self._sender.write(self._sender.staged.table_chunks, table, timestamp_column, tags)
+        self._sender.write(self._sender.staged.table_batches, table, timestamp_column, tags)
 
     # -- delivery and lifecycle ------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import pytest
 from _stream_fakes import RecordingTarget
 
 from beam_nominal._pipeline.staging import PointBatch
-from beam_nominal.beam._dofn import SinkConfig, WriteChunksDoFn, WriteDoFn
+from beam_nominal.beam._dofn import SinkConfig, WriteDoFn, WriteSeriesBatchesDoFn
 from tests.unit._dofns import IMPLEMENTATIONS, PythonWriteDoFn
 
 B = 1_700_000_000_000_000_000
@@ -300,8 +300,8 @@ def test_the_compiled_process_follows_the_batch_rebinding_its_list_and_map(dofn:
     assert list(dofn.process(("c", B + 3, 2.5))) == []
     batch.add_point("c", B + 4, 3.5, None)
     assert list(dofn.process(("c", B + 5, 4.5))) == []  # the rows settled: open again
-    chunks = batch.take()
-    assert [float(v) for c in chunks for v in c.values] == [0.75, 1.5, 2.5, 3.5, 4.5]
+    taken = batch.take()
+    assert [float(v) for b, _ in taken for v in b.values] == [0.75, 1.5, 2.5, 3.5, 4.5]
     batch.clear()
     batch.add_point("d", B, 0.25, None)
     assert list(dofn.process(("d", B + 1, 0.5))) == []
@@ -344,7 +344,7 @@ def test_a_class_lookup_that_rebinds_the_dofn_does_not_read_a_freed_set() -> Non
 
 
 @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
-@pytest.mark.parametrize("cls", [WriteDoFn, WriteChunksDoFn], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [WriteDoFn, WriteSeriesBatchesDoFn], ids=lambda c: c.__name__)
 def test_the_dofn_pickles_with_every_protocol(cls: type[WriteDoFn], protocol: int) -> None:
     # Protocols 0 and 1 (copyreg's default reduce) cannot copy a compiled base class: "cannot
     # pickle 'FastProcess' object" until WriteDoFn said how it is rebuilt (__reduce__).
@@ -405,7 +405,7 @@ def test_every_point_goes_to_its_own_series_whatever_the_channel_cache_holds(dof
         for i in range(3):
             for j, name in enumerate(order):
                 assert list(dofn.process(("".join(list(name)), B + 1 + i, float(j)))) == []
-        got = {c.key.channel: [float(v) for v in c.values] for c in batch.take()}
+        got = {b.key.channel: [float(v) for v in b.values] for b, _ in batch.take()}
         assert got == {name: [-1.0, float(j), float(j), float(j)] for j, name in enumerate(order)}
 
 
@@ -445,5 +445,5 @@ def test_a_mapping_whose_class_has_point_fields_is_read_as_a_mapping(dofn: Write
     for i in range(3):
         assert list(dofn.process(Fielded(channel="c", timestamp=B + i, value=i + 0.5))) == []
     assert Fielded not in dofn._points
-    chunks = dofn._batch.take()
-    assert [float(v) for c in chunks for v in c.values] == [0.25, 0.5, 1.5, 2.5]
+    taken = dofn._batch.take()
+    assert [float(v) for b, _ in taken for v in b.values] == [0.25, 0.5, 1.5, 2.5]

@@ -21,10 +21,10 @@ T0 = 1_700_000_000_000_000_000
 
 def _points(batch: PointBatch) -> dict[SeriesKey, list[tuple[int, Any]]]:
     out: dict[SeriesKey, list[tuple[int, Any]]] = {}
-    for chunk in batch.take():
-        assert chunk.vtype is ValueType.DOUBLE
-        out.setdefault(chunk.key, []).extend(
-            zip(np.asarray(chunk.timestamps).tolist(), list(chunk.values), strict=True)
+    for series, _ in batch.take():
+        assert series.value_type is ValueType.DOUBLE
+        out.setdefault(series.key, []).extend(
+            zip(np.asarray(series.timestamps).tolist(), list(series.values), strict=True)
         )
     return out
 

@@ -98,7 +98,7 @@ def test_a_non_final_cut_keeps_less_than_a_request_and_the_rest_follows_in_order
     assert _delivered(first + rest) == _expected(points)
 
 
-def test_a_chunk_after_loose_points_of_its_series_comes_after_them() -> None:
+def test_a_column_after_loose_points_of_its_series_comes_after_them() -> None:
     points = _points(3_000, 300, seed=3)
     buffer = Buffer()
     batch = _staged(points, buffer)
