@@ -127,8 +127,8 @@ _I64 = np.dtype(np.int64)
 _F64 = np.dtype(np.float64)
 #: Checked series names a batch keeps from one bundle to the next, at most.
 _KEYS_KEPT = 65536
-#: ``PointBatch.fast`` while rows are pending: never written.
-_NO_FAST: dict[str, int] = {}
+#: ``PointBatch.float_codes`` while rows are pending: never written.
+_NO_FLOAT_CODES: dict[str, int] = {}
 
 
 class _NoType:
@@ -242,13 +242,14 @@ class PointBatch:
         #: (channel, tag items as given) -> its checked SeriesKey; kept by clear().
         self._keys: dict[tuple[Any, Any], SeriesKey] = {}
         #: Untagged channels whose series is double and takes Python floats unchecked -> code.
-        self._all_fast: dict[str, int] = {}
-        #: What the fast path takes (see add_fast): _all_fast, or nothing while rows are
-        #: pending (so a single point after a wide record's row takes the checked path, which
-        #: settles the rows first and keeps each series in arrival order). Read, never written,
-        #: by the one other copy of the fast path, the compiled ``WriteDoFn.process``
-        #: (``_fastpath.c``, which holds ``fast`` and ``doubles``; see ``on_rebind``).
-        self.fast: dict[str, int] = self._all_fast
+        self._all_float_codes: dict[str, int] = {}
+        #: The channels whose Python-float points the fast path (add_fast) appends unchecked, by
+        #: series code: _all_float_codes, or empty while rows are pending (so a single point
+        #: after a wide record's row takes the checked path, which settles the rows first and
+        #: keeps each series in arrival order). Read, never written, by the one other copy of the
+        #: fast path, the compiled ``WriteDoFn.process`` (``_fastpath.c``, which holds
+        #: ``float_codes`` and ``doubles``; see ``on_rebind``).
+        self.float_codes: dict[str, int] = self._all_float_codes
         #: tag items as given -> the block the last record with those tags went to.
         self._last_block: dict[tuple[Any, ...], _Block] = {}
         self._blocks: dict[tuple[Any, ...], _Block] = {}
@@ -264,7 +265,7 @@ class PointBatch:
         self._rows = False
         #: Records appended to blocks so far (their rows' sequence numbers).
         self._seq = 0
-        #: Called with no arguments whenever ``fast`` or ``doubles`` is rebound (kept by
+        #: Called with no arguments whenever ``float_codes`` or ``doubles`` is rebound (kept by
         #: clear()): the compiled ``WriteDoFn.process`` holds the two rather than look them up
         #: per point.
         self.on_rebind: Callable[[], None] | None = None
@@ -291,8 +292,8 @@ class PointBatch:
         nothing else to count); or do nothing and return 0 (the caller then takes the checked
         path, :meth:`add_point`).
 
-        The hot path of the package: three type tests and a dict lookup, and the point goes to
-        ``doubles`` in one append. The compiled ``WriteDoFn.process`` (``_fastpath.c``)
+        The hot path of the package: three type tests and a lookup in ``float_codes``, and the
+        point goes to ``doubles`` in one append. The compiled ``WriteDoFn.process`` (``_fastpath.c``)
         applies the same rule to each element shape for a known series (in Python the call
         costs more than the rule; ``tests/unit/test_fast_path.py`` holds the two to the same
         points); it makes no series, so a new one's first point goes to the element's reader,
@@ -302,7 +303,7 @@ class PointBatch:
         if type(value) is float and type(ts) is int and -9223372036854775808 < ts <= 9223372036854775807:
             try:
                 # get, not [ ]: an unknown channel (each new series) raises no KeyError.
-                code = self.fast.get(channel)
+                code = self.float_codes.get(channel)
             except (TypeError, ValueError):  # an unhashable channel
                 # (ValueError: a channel whose __hash__ raises it; the checked path makes that a
                 # FailedElement, as the compiled WriteDoFn.process does, not a failed bundle)
@@ -331,17 +332,17 @@ class PointBatch:
 
     def _new_double(self, channel: Any, ts: Any, value: float) -> bool:
         """The first point (a float, untagged) of a series not yet known, named by a plain str,
-        in a batch without tags of its own, made a lazy series: a code, a key and the fast path's map entry, no slot
-        and no other map entry (over a million series, each new, those were most of a point's
-        cost, and a slot a series kept the garbage collector busy). Every other path makes the
-        pending lazy series slots first (``_materialize``); single doubles reach the buffer by
-        code and key alone (``move_into``). False, having done nothing, for anything else (the
-        general path names what is wrong)."""
+        in a batch without tags of its own, made a lazy series: a code, a key and a
+        ``float_codes`` entry, no slot and no other map entry (over a million series, each new,
+        those were most of a point's cost, and a slot a series kept the garbage collector busy).
+        Every other path makes the pending lazy series slots first (``_materialize``); single
+        doubles reach the buffer by code and key alone (``move_into``). False, having done
+        nothing, for anything else (the general path names what is wrong)."""
         if (
             type(channel) is not str
             or self._base
             or channel in self._untagged
-            or channel in self._all_fast
+            or channel in self._all_float_codes
             or not channel
             or len(channel) > MAX_NAME_CHARS
             or not channel.isascii()
@@ -349,12 +350,12 @@ class PointBatch:
             return False
         t = ts if type(ts) is int and _INT64_MIN < ts <= _INT64_MAX else self._timestamp(ts)
         # Its key is not in _by_key: an untagged key is registered under an equal channel in
-        # _untagged or, lazy, in _all_fast, looked up above.
+        # _untagged or, lazy, in _all_float_codes, looked up above.
         slots = self._slots
         code = len(slots)
         slots.append(None)
         self._series_keys.append((channel, ()))  # a plain tuple: see KeyTuple
-        self._all_fast[channel] = code
+        self._all_float_codes[channel] = code
         if self._lazy_at is None:
             self._lazy_at = code
         if self._rows:
@@ -378,8 +379,8 @@ class PointBatch:
         self._by_key.update(zip(keys, made, strict=True))
         self._untagged.update(zip(names, made, strict=True))
         if set(map(type, names)) == {str}:
-            self._all_fast.update(zip(names, codes, strict=True))
-        else:  # str subclasses: _register decides which may take the fast maps
+            self._all_float_codes.update(zip(names, codes, strict=True))
+        else:  # str subclasses: _register decides which may take the fast path
             for slot, name in zip(made, names, strict=True):
                 self._register(slot, name, None)
         return made
@@ -391,7 +392,7 @@ class PointBatch:
 
     def _materialize(self) -> None:
         """Make every lazy series a slot registered as ``_register`` registers an untagged
-        double series (its code, key and fast-path entry stay)."""
+        double series (its code, key and ``float_codes`` entry stay)."""
         start, self._lazy_at = self._lazy_at, None
         slots, keys = self._slots, self._series_keys
         by_key, untagged = self._by_key, self._untagged
@@ -455,7 +456,7 @@ class PointBatch:
         self._seq += 1
         if not self._rows:
             self._rows = True
-            self._fast_paths(False)
+            self._open_fast_path(False)
         self.counted += block.width
         self.nbytes += block.row_bytes(row)
 
@@ -845,7 +846,7 @@ class PointBatch:
         self.counted -= rows * width
         self.nbytes -= rows * width * POINT_BYTES  # what row_bytes counted for them
         self._rows = False
-        self._fast_paths(True)
+        self._open_fast_path(True)
         return codes, ts, vals
 
     def _put(self, slot: _Slot, ts: Any, vals: Any, nbytes: int) -> None:
@@ -946,15 +947,15 @@ class PointBatch:
             self._untagged[channel] = known
             if type(channel) is not str and not _c_level_str(type(channel)):
                 # Its __eq__ (Python code) would run whenever a str of its name is looked up in
-                # ``fast``, as the compiled ``WriteDoFn.process`` does: the checked paths take it.
+                # ``float_codes``, as the compiled ``WriteDoFn.process`` does: the checked paths take it.
                 return
             if known.vtype is _DOUBLE and known.unchecked is float:
-                self._all_fast[channel] = known.code
+                self._all_float_codes[channel] = known.code
 
-    def _fast_paths(self, on: bool) -> None:
-        """Open or close the fast path (``fast``): closed while rows are pending, so that a
-        single point settles them first."""
-        self.fast = self._all_fast if on else _NO_FAST
+    def _open_fast_path(self, on: bool) -> None:
+        """Open (``on``) or close the fast path (``float_codes``): closed while rows are
+        pending, so that a single point settles them first."""
+        self.float_codes = self._all_float_codes if on else _NO_FLOAT_CODES
         self._rebound()
 
     def _rebound(self) -> None:
@@ -1049,7 +1050,7 @@ class PointBatch:
                     col = list(map(joined.__getitem__, order.tolist()))
             self._add_settled(self._real_slots()[code], ts, col)
         self._rows = False
-        self._fast_paths(True)
+        self._open_fast_path(True)
 
     def _settle_plain_block(self, block: _Block) -> None:
         """The common case of _settle_rows: one block of floats, so no merging (one matrix, each
@@ -1062,7 +1063,7 @@ class PointBatch:
         for slot, col in zip(block.slots, matrix, strict=True):
             put(slot, ts, col, nbytes)  # type: ignore[arg-type]
         self._rows = False
-        self._fast_paths(True)
+        self._open_fast_path(True)
 
     def _add_settled(self, slot: _Slot, ts: Any, vals: Any) -> None:
         vt = slot.vtype

@@ -359,7 +359,7 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
 
     def _rebind(self) -> None:
         """Tell the compiled ``process`` what it reads (the Python one reads the attributes), now
-        and whenever the batch rebinds its fast map or its double points."""
+        and whenever the batch rebinds its float_codes map or its double points."""
         self._batch.on_rebind = self._rebind
         self._bind_fast(self._batch, self._points, self._rows, self._timestamp_field, self._fast_limit)
 

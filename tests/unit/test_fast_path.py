@@ -157,7 +157,7 @@ def test_process_and_add_fast_take_the_same_points(dofn: WriteDoFn, shape: str, 
     element = SHAPES[shape](*point)
     reference = _batch()
     flat = _doubles(reference)
-    new = type(point[0]) is str and point[0] not in reference.fast
+    new = type(point[0]) is str and point[0] not in reference.float_codes
     took = bool(reference.add_fast(*point))
     inline, appended = _taken_inline(dofn, element)
     if isinstance(dofn, PythonWriteDoFn) and shape != "tuple":
@@ -224,7 +224,7 @@ def test_a_failed_hand_over_on_the_fast_path_is_raised_not_taken_for_a_slow_elem
     dofn._fast_limit = 2  # hand over at the second point
     dofn._rebind()
     assert list(dofn.process(("c", B, 0.5))) == []  # new to the batch: its reader pins it double
-    assert dofn._batch.fast == {"c": 0}
+    assert dofn._batch.float_codes == {"c": 0}
     with pytest.raises(SeriesTypeError, match="at the hand-over"):
         dofn.process(("c", B + 1, 0.5))
     assert len(dofn._batch.doubles) == 0
@@ -260,9 +260,10 @@ def test_a_channel_whose_hash_raises_fails_the_bundle(dofn: WriteDoFn, shape: st
 
 
 def test_a_channel_whose_hash_rebinds_the_dofn_never_appends_a_code_to_another_batch(dofn: WriteDoFn) -> None:
-    # As add_fast (a method of one batch): a series code goes only to the double points of the batch
-    # whose fast map gave it. The compiled process holds the map and list it was bound to; when
-    # the lookup rebinds them it appends nothing and hands the element to the checked path.
+    # As add_fast (a method of one batch): a series code goes only to the double points of the
+    # batch whose float_codes map gave it. The compiled process holds the map and list it was
+    # bound to; when the lookup rebinds them it appends nothing and hands the element to the
+    # checked path.
     _pin_c(dofn)
     old = dofn._batch
     slow: list[Any] = []
@@ -283,20 +284,20 @@ def test_a_channel_whose_hash_rebinds_the_dofn_never_appends_a_code_to_another_b
     if not isinstance(dofn, PythonWriteDoFn):
         assert (_doubles(old)[3:], slow) == ([], [element])
     else:
-        assert (_doubles(old)[3:], slow) == ([old.fast["c"], B, 0.5], [])
+        assert (_doubles(old)[3:], slow) == ([old.float_codes["c"], B, 0.5], [])
 
 
 def test_the_compiled_process_follows_the_batch_rebinding_its_list_and_map(dofn: WriteDoFn) -> None:
-    # The compiled process holds the batch's fast map and double points; every rebinding (a settle,
-    # the fast paths closed by a wide record and opened again, a new bundle's clear) must reach
-    # it, or points would go to a list nobody reads.
+    # The compiled process holds the batch's float_codes map and double points; every rebinding
+    # (a settle, the fast paths closed by a wide record and opened again, a new bundle's clear)
+    # must reach it, or points would go to a list nobody reads.
     batch = dofn._batch
     batch.add_point("c", B - 1, 0.25, None)
     assert list(dofn.process(("c", B, 0.5))) == []
     batch.take()  # a settle
     assert list(dofn.process(("c", B + 1, 0.75))) == []
-    assert _doubles(batch) == [batch.fast["c"], B + 1, 0.75]
-    batch.add_record(B + 2, {"c": 1.5})  # rows pending: the fast map closed
+    assert _doubles(batch) == [batch.float_codes["c"], B + 1, 0.75]
+    batch.add_record(B + 2, {"c": 1.5})  # rows pending: float_codes closed
     assert list(dofn.process(("c", B + 3, 2.5))) == []
     batch.add_point("c", B + 4, 3.5, None)
     assert list(dofn.process(("c", B + 5, 4.5))) == []  # the rows settled: open again
@@ -305,7 +306,7 @@ def test_the_compiled_process_follows_the_batch_rebinding_its_list_and_map(dofn:
     batch.clear()
     batch.add_point("d", B, 0.25, None)
     assert list(dofn.process(("d", B + 1, 0.5))) == []
-    assert _doubles(batch)[3:] == [batch.fast["d"], B + 1, 0.5]
+    assert _doubles(batch)[3:] == [batch.float_codes["d"], B + 1, 0.5]
 
 
 @pytest.mark.compiled
@@ -325,7 +326,7 @@ def test_a_class_lookup_that_rebinds_the_dofn_does_not_read_a_freed_set() -> Non
         class Fn(FastProcess):
             def _slow(self, element): return "slow"
         fn, batch = Fn(), Batch()
-        batch.fast, batch.doubles = {"c": 0}, DoublePoints()
+        batch.float_codes, batch.doubles = {"c": 0}, DoublePoints()
         class Meta(type):
             def __hash__(cls): return 1
             def __eq__(cls, other):
@@ -357,7 +358,7 @@ def test_the_dofn_pickles_with_every_protocol(cls: type[WriteDoFn], protocol: in
         if cls is WriteDoFn:
             copied._batch.add_point("c", B - 1, 0.25, None)
             assert list(copied.process(("c", B, 0.5))) == []  # bound to its own new batch
-            assert _doubles(copied._batch)[3:] == [copied._batch.fast["c"], B, 0.5]
+            assert _doubles(copied._batch)[3:] == [copied._batch.float_codes["c"], B, 0.5]
         assert copied.finish_bundle() is None
     finally:
         copied.teardown()
