@@ -3,7 +3,9 @@
 Many small series share one request (far cheaper than a message per series); a long series is
 split across requests. Cuts are deterministic: they depend
 only on what is buffered (which depends only on input order) and the budget, so a retried Beam
-bundle produces byte-identical requests and therefore the same idempotency keys.
+bundle produces byte-identical requests and therefore the same idempotency keys. Each request
+carries the estimated bytes it took off the buffer (``Request.buffered_bytes``), which the
+stream's budget gets back when the request is settled.
 
 A series holding one chunk goes into the request as it is (the columns of a block of wide
 records not all floats are rows of one transposed matrix sharing one timestamps array,
