@@ -23,8 +23,8 @@ What the batch holds, by how points arrive:
 conversion of the timestamps, one stable radix sort by series code, one conversion per series),
 and returns them in first-seen series order as ``(SeriesBatch, bytes)`` pairs: the points of one
 series in the form a request carries them, and their estimated encoded bytes, which the stream's
-buffer budget counts. The stream takes them in one call. Cut points of
-the caller are point counts, so the same elements always give the same columns.
+buffer budget counts. The stream takes them in one call. Cut points of the caller are point
+counts, so the same elements always give the same columns.
 
 The first value of a series pins its type (see :mod:`beam_nominal._pipeline.values` for the
 conversion rules). Nothing here is thread-safe: one writer owns a batch.
@@ -293,11 +293,11 @@ class PointBatch:
         path, :meth:`add_point`).
 
         The hot path of the package: three type tests and a lookup in ``float_codes``, and the
-        point goes to ``doubles`` in one append. The compiled ``WriteDoFn.process`` (``_fastpath.c``)
-        applies the same rule to each element shape for a known series (in Python the call
-        costs more than the rule; ``tests/unit/test_fast_path.py`` holds the two to the same
-        points); it makes no series, so a new one's first point goes to the element's reader,
-        whose call of this method makes it.
+        point goes to ``doubles`` in one append. The compiled ``WriteDoFn.process``
+        (``_fastpath.c``) applies the same rule to each element shape for a known series (in
+        Python the call costs more than the rule; ``tests/unit/test_fast_path.py`` holds the two
+        to the same points); it makes no series, so a new one's first point goes to the
+        element's reader, whose call of this method makes it.
         """
         # Literals, not module constants: a global lookup costs as much as a comparison.
         if type(value) is float and type(ts) is int and -9223372036854775808 < ts <= 9223372036854775807:
@@ -811,8 +811,8 @@ class PointBatch:
         """Everything appended so far into a stream's buffer, as :meth:`take` gives it, but for
         single doubles and the rows of one block of wide records of floats: those go as loose
         points (``Buffer.add_loose``: a row's values, one per channel, each a point), so that
-        nothing is made per series. Settled runs go first: what is pending came after them (rows and
-        single points settle each other on arrival, so at most one of the two is pending)."""
+        nothing is made per series. Settled runs go first: what is pending came after them (rows
+        and single points settle each other on arrival, so at most one of the two is pending)."""
         loose = self._take_doubles() if len(self.doubles) else self._take_plain_rows() if self._rows else None
         if self.points:
             add = buffer.add
@@ -947,7 +947,8 @@ class PointBatch:
             self._untagged[channel] = known
             if type(channel) is not str and not _c_level_str(type(channel)):
                 # Its __eq__ (Python code) would run whenever a str of its name is looked up in
-                # ``float_codes``, as the compiled ``WriteDoFn.process`` does: the checked paths take it.
+                # ``float_codes``, as the compiled ``WriteDoFn.process`` does: the checked paths
+                # take it.
                 return
             if known.vtype is _DOUBLE and known.unchecked is float:
                 self._all_float_codes[channel] = known.code

@@ -172,11 +172,11 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
         local_data_dir: data directory of the embedded server (default ``./nominal-data``).
         cross_bundle_batching: group elements' points, a series batch per series and element,
             across bundles with ``GroupIntoBatches.WithShardedKey``, so streaming runners' small
-            bundles do not each become a request. ``None`` (default): on when the input PCollection is unbounded (a
-            streaming source), off when it is bounded (batch bundles are large; batching them
-            again only costs); always off on ``PrismRunner``, where ``True`` is refused (Prism
-            loses elements of ``GroupIntoBatches``; docs/runners.md). See docs/benchmarks.md,
-            "Small bundles".
+            bundles do not each become a request. ``None`` (default): on when the input
+            PCollection is unbounded (a streaming source), off when it is bounded (batch bundles
+            are large; batching them again only costs); always off on ``PrismRunner``, where
+            ``True`` is refused (Prism loses elements of ``GroupIntoBatches``; docs/runners.md).
+            See docs/benchmarks.md, "Small bundles".
         batch_size: series batches per group with cross-bundle batching.
         max_buffering_duration_secs: longest a series batch waits for its group with cross-bundle
             batching: the latency it adds, at most (plus the runner's timer delay).
@@ -372,8 +372,8 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
                 "or run on another runner"
             )
         elif cross_bundle and windows is not None and windows > 1:
-            # Its series batches are re-windowed into the global window, one copy per window the element
-            # is in: each point would be written that many times.
+            # Its series batches are re-windowed into the global window, one copy per window the
+            # element is in: each point would be written that many times.
             raise ValueError(
                 f"WriteToNominal: cross_bundle_batching=True with {type(pcoll.windowing.windowfn).__name__} "
                 f"(each element in {windows} windows) would write every point {windows} times; write "
