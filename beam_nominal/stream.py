@@ -35,7 +35,7 @@ from beam_nominal._pipeline import interrupt as _interrupt
 from beam_nominal._pipeline import values as _values
 from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._pipeline.packer import cut_requests
-from beam_nominal._pipeline.staging import Chunk, PointBatch
+from beam_nominal._pipeline.staging import PointBatch
 from beam_nominal._pipeline.uploader import Outcome, Uploader
 from beam_nominal._wire.batch import DoubleBatches, SeriesBatch
 from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
@@ -172,13 +172,13 @@ class Sender:
         #: Single points staged (``staged.singles_due``) before they move into the buffer, at most a
         #: request's worth; other writes move once they hold a request's worth of bytes
         #: (``staged.nbytes``): moving wide rows sooner would cut each record into thousands of
-        #: one-row chunks, later would hide bytes from the budget.
+        #: one-row batches, later would hide bytes from the budget.
         self.settle_singles = max(1, min(_SETTLE_POINTS, batch.max_request_bytes // 24))
         self.max_points = batch.max_request_points
         self.budget = upload.max_buffered_bytes
         self.seq = 0
-        #: seq -> (request, estimated bytes) for every request cut and not yet ended.
-        self.in_flight: dict[int, tuple[Request, int]] = {}
+        #: seq -> request, for every request cut and not yet ended.
+        self.in_flight: dict[int, Request] = {}
         self.in_flight_bytes = 0
         #: Clock time at which the buffer last went from empty to holding points (for linger).
         self.first_buffered_at: float | None = None
@@ -262,7 +262,7 @@ class Sender:
 
     def cut_and_register(self, final: bool) -> list[Request]:
         self.move_staged()
-        cuts = cut_requests(
+        requests = cut_requests(
             self.buffer,
             dataset_rid=self.dataset_rid,
             max_bytes=self.max_bytes,
@@ -271,23 +271,21 @@ class Sender:
             next_seq=self.seq,
             source_name=self.source_name,
         )
-        out = []
-        for c in cuts:
-            self.in_flight[c.request.seq] = (c.request, c.nbytes)
-            self.in_flight_bytes += c.nbytes
-            out.append(c.request)
-        self.seq += len(cuts)
-        self._pending_submit.extend(out)
+        for r in requests:
+            self.in_flight[r.seq] = r
+            self.in_flight_bytes += r.buffered_bytes
+        self.seq += len(requests)
+        self._pending_submit.extend(requests)
         if not self.buffer.points:
             self.first_buffered_at = None
-        return out
+        return requests
 
-    def write(self, add: Callable[..., list[Chunk] | None], *args: Any) -> None:
+    def write(self, add: Callable[..., list[tuple[SeriesBatch, int]] | None], *args: Any) -> None:
         """Every write but ``enqueue`` (which inlines these steps): backpressure, ``add(*args)``
         on the staged batch under the lock, then the move into the buffer and the cut when due.
 
-        A column adder (batch, table) returns its checked chunks, which go into the
-        buffer at once, so the budget sees them whole; points and rows (adders returning None)
+        A column adder (``series_batches``, ``table_batches``) returns its checked (batch, bytes)
+        pairs, which go into the buffer at once, so the budget sees them whole; points and rows (adders returning None)
         stay staged until they make a request's worth (or _SETTLE_POINTS single points).
         """
         lock = self.lock
@@ -337,13 +335,13 @@ class Sender:
         self.move_staged()
         return self.cut_due()
 
-    def put_columns(self, chunks: list[Chunk]) -> Sequence[Request]:
-        """Lock held: :meth:`settled`, with columns the PointBatch checked (``series_chunks``
+    def put_columns(self, batches: list[tuple[SeriesBatch, int]]) -> Sequence[Request]:
+        """Lock held: :meth:`settled`, with columns the PointBatch checked (``series_batches``
         ...) put straight into the buffer after what the batch holds, which came first."""
         self.move_staged()
         add = self.buffer.add
-        for chunk in chunks:
-            add(*chunk)
+        for batch, nbytes in batches:
+            add(batch.key, batch.value_type, batch.timestamps, batch.values, nbytes)
         return self.cut_due()
 
     def cut_due(self) -> Sequence[Request]:
@@ -369,10 +367,10 @@ class Sender:
 
     def on_done(self, request: Request, outcome: Outcome) -> None:
         with self.lock:
-            entry = self.in_flight.pop(request.seq, None)
-            if entry is None:
+            known = self.in_flight.pop(request.seq, None)
+            if known is None:
                 return  # already written off by a timed-out close
-            self.in_flight_bytes -= entry[1]
+            self.in_flight_bytes -= known.buffered_bytes
             self._settle(request, outcome)
             self.full = self.buffer.nbytes + self.in_flight_bytes >= self.budget
             self.gate = self.full or not self.accepting
@@ -467,7 +465,7 @@ class Sender:
             while any(seq < upto for seq in self.in_flight):
                 remaining = None if deadline is None else deadline - self.clock()
                 if remaining is not None and remaining <= 0:
-                    pending = [r for s, (r, _) in self.in_flight.items() if s < upto]
+                    pending = [r for s, r in self.in_flight.items() if s < upto]
                     raise self._timeout_error(f"flush timed out after {timeout}s", pending, write_off=False)
                 self.wait(remaining)
                 if self.take_interrupt():
@@ -536,7 +534,7 @@ class Sender:
                     self.in_flight_bytes = 0
                     self.cond.notify_all()  # a flush waiting on these must not wait on
                     why = "close interrupted by Ctrl+C" if cut else f"close timed out after {timeout}s"
-                    error = self._timeout_error(why, [r for r, _ in abandoned], write_off=True)
+                    error = self._timeout_error(why, abandoned, write_off=True)
                 else:
                     error = self.failure("close")
             if abandoned:
@@ -827,7 +825,7 @@ class NominalStream:
             ValueError: lengths differ, or a bad channel/timestamp.
             SeriesTypeError / TypeError: a value type conflict or an unsupported value.
         """
-        self._sender.write(self._sender.staged.series_chunks, channel, timestamps, values, tags)
+        self._sender.write(self._sender.staged.series_batches, channel, timestamps, values, tags)
 
     def enqueue_from_dict(
         self, timestamp: Any, channel_values: Mapping[str, Any], tags: Mapping[str, str] | None = None
@@ -887,7 +885,7 @@ class NominalStream:
             SeriesTypeError / TypeError: a column conflicts with its series or has no Nominal type;
                 nothing from the table is buffered.
         """
-        self._sender.write(self._sender.staged.table_chunks, table, timestamp_column, tags)
+        self._sender.write(self._sender.staged.table_batches, table, timestamp_column, tags)
 
     # -- delivery and lifecycle ------------------------------------------------------------------
 

@@ -65,8 +65,7 @@ def _filled() -> Buffer:
 
 
 def _cut(buf: Buffer) -> list[Any]:
-    cuts = cut_requests(buf, dataset_rid="ri.bench", max_bytes=4 << 20, max_points=10**9, final=True, next_seq=0)
-    return [c.request for c in cuts]
+    return cut_requests(buf, dataset_rid="ri.bench", max_bytes=4 << 20, max_points=10**9, final=True, next_seq=0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,8 +7,8 @@
  * The rule is PointBatch.add_fast's (beam_nominal/_pipeline/staging.py), read out of the element
  * shapes a plain point comes in: a (channel, int ns, float) tuple, a NamedTuple class of those
  * fields in that order, and a dict or beam.Row of exactly the fields channel, <timestamp field>
- * and value. Such a point of a known untagged double series (batch.fast maps its channel to its
- * series code) goes onto batch.doubles. tests/unit/test_fast_path.py holds this copy and
+ * and value. Such a point of a known untagged double series (batch.float_codes maps its channel
+ * to its series code) goes onto batch.doubles. tests/unit/test_fast_path.py holds this copy and
  * add_fast to the same points, value by value.
  *
  * FastProcess: anything else goes to the instance's Python method _slow(element), whose result
@@ -205,7 +205,7 @@ enum { KIND_OTHER, KIND_POINT, KIND_ROW };
 #define CHANNEL_CACHED 256
 #define CHANNEL_PROBES 16
 
-/* A channel of the bound fast map (held) and its series code; an empty slot's name is NULL. */
+/* A channel of the bound float_codes map (held) and its series code; an empty slot's name is NULL. */
 typedef struct {
     PyObject *name; /* an exact str of one byte per character */
     long long code;
@@ -214,11 +214,11 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    /* The batch's fast map and double points, as _bind_fast last read them: the batch rebinds
-     * them (the fast paths closed while rows are pending, a new bundle) and then calls its
-     * on_rebind, which binds again. Held here, not looked up in the batch per point: two dict
+    /* The batch's float_codes map and double points, as _bind_fast last read them: the batch
+     * rebinds them (the fast paths closed while rows are pending, a new bundle) and then calls
+     * its on_rebind, which binds again. Held here, not looked up in the batch per point: two dict
      * lookups were a sixth of a Row point's instructions. */
-    PyObject *fast;        /* dict: channel -> series code */
+    PyObject *float_codes; /* dict: channel -> series code */
     DoublePoints *doubles; /* NULL if the batch's are not a DoublePoints: every element is slow */
     PyObject *points;   /* set: NamedTuple classes whose instances are points as they are */
     PyObject *rows;     /* set: beam.Row classes (their fields are their __dict__) */
@@ -229,19 +229,19 @@ typedef struct {
     PyObject *known;
     int known_kind;
     Py_ssize_t limit;   /* len(doubles) at which the batch is handed over */
-    /* Channels of the bound fast map by their characters: a point's channel is most often a
-     * new str (decoded, or formatted per element), whose hash and dict lookup cost several
-     * times this comparison of characters. An open-addressed table that keeps the first
+    /* Channels of the bound float_codes map by their characters: a point's channel is most
+     * often a new str (decoded, or formatted per element), whose hash and dict lookup cost
+     * several times this comparison of characters. An open-addressed table that keeps the first
      * CHANNEL_CACHED channels met and evicts none: channels come round in turn, and a cache
      * that evicts one for another misses on both every time (direct-mapped, 20 of 100 channels
-     * collided); past them, channels take the dict lookup as with no cache. Valid while fast is
-     * bound: the batch only adds to its fast map, never changes or removes a channel's code
-     * (staging.PointBatch._register), and _bind_fast empties it. */
+     * collided); past them, channels take the dict lookup as with no cache. Valid while
+     * float_codes is bound: the batch only adds to its float_codes map, never changes or removes
+     * a channel's code (staging.PointBatch._register), and _bind_fast empties it. */
     CachedChannel cache[CHANNEL_SLOTS];
     int cached; /* channels in cache */
 } FastProcess;
 
-static PyObject *str_channel, *str_value, *str_fast, *str_doubles, *str_slow, *str_handover;
+static PyObject *str_channel, *str_value, *str_float_codes, *str_doubles, *str_slow, *str_handover;
 
 /* After a failed lookup: 1 if the error means "not a fast point" (cleared), 0 if it must
  * propagate, as the Python rule's `except (KeyError, TypeError, ValueError)`. */
@@ -408,8 +408,8 @@ static int
 append_fast(FastProcess *self, PyObject *channel, PyObject *ts, PyObject *value)
 {
     long long t;
-    if (!PyFloat_CheckExact(value) || !int_ns(ts, &t) || self->fast == NULL || !PyDict_Check(self->fast) ||
-        self->doubles == NULL) {
+    if (!PyFloat_CheckExact(value) || !int_ns(ts, &t) || self->float_codes == NULL ||
+        !PyDict_Check(self->float_codes) || self->doubles == NULL) {
         return 0;
     }
     CachedChannel *entry = cache_slot(self, channel);
@@ -422,15 +422,15 @@ append_fast(FastProcess *self, PyObject *channel, PyObject *ts, PyObject *value)
     /* Both held for the lookup: hashing the channel may run Python code (a str subclass's
      * __hash__ or __eq__), which may rebind the DoFn or make its batch rebind them, and so free
      * them. */
-    PyObject *fast = Py_NewRef(self->fast), *doubles = Py_NewRef((PyObject *)self->doubles);
-    PyObject *code = PyDict_GetItemWithError(fast, channel);
+    PyObject *codes = Py_NewRef(self->float_codes), *doubles = Py_NewRef((PyObject *)self->doubles);
+    PyObject *code = PyDict_GetItemWithError(codes, channel);
     Py_XINCREF(code);
     int rc = 0;
     long long c = 0;
     if (code == NULL) {
         rc = PyErr_Occurred() ? (not_this_shape() ? 0 : -1) : 0;
     }
-    else if (fast != self->fast || doubles != (PyObject *)self->doubles) {
+    else if (codes != self->float_codes || doubles != (PyObject *)self->doubles) {
         /* Rebound meanwhile: the code may be no series of the batch now bound. Nothing
          * appended: the checked path reads the element afresh. */
         rc = 0;
@@ -453,7 +453,7 @@ append_fast(FastProcess *self, PyObject *channel, PyObject *ts, PyObject *value)
     }
     Py_XDECREF(code);
     Py_DECREF(doubles);
-    Py_DECREF(fast);
+    Py_DECREF(codes);
     return rc;
 }
 
@@ -464,7 +464,7 @@ FastProcess_process(FastProcess *self, PyObject *element)
     PyObject *channel = NULL, *ts = NULL, *value = NULL, *fields = NULL;
     int rc = 0, found = 0, kind = KIND_OTHER;
 
-    if (self->fast == NULL) {
+    if (self->float_codes == NULL) {
         goto slow;
     }
     if (cls == &PyTuple_Type) {
@@ -588,10 +588,10 @@ FastProcess_bind_fast(FastProcess *self, PyObject *args)
                           &limit)) {
         return NULL;
     }
-    PyObject *fast = PyObject_GetAttr(batch, str_fast);
-    PyObject *doubles = fast == NULL ? NULL : PyObject_GetAttr(batch, str_doubles);
+    PyObject *codes = PyObject_GetAttr(batch, str_float_codes);
+    PyObject *doubles = codes == NULL ? NULL : PyObject_GetAttr(batch, str_doubles);
     if (doubles == NULL) {
-        Py_XDECREF(fast);
+        Py_XDECREF(codes);
         return NULL;
     }
     if (!PyObject_TypeCheck(doubles, &DoublePointsType)) {
@@ -602,7 +602,7 @@ FastProcess_bind_fast(FastProcess *self, PyObject *args)
     /* Interned, so that fields_by_identity finds it: a name unpickled on a worker is a new str. */
     Py_INCREF(ts_field);
     PyUnicode_InternInPlace(&ts_field);
-    Py_XSETREF(self->fast, fast);
+    Py_XSETREF(self->float_codes, codes);
     Py_XSETREF(self->doubles, (DoublePoints *)doubles);
     Py_XSETREF(self->points, points);
     Py_XSETREF(self->rows, rows);
@@ -617,7 +617,7 @@ FastProcess_bind_fast(FastProcess *self, PyObject *args)
 static int
 FastProcess_traverse(FastProcess *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->fast);
+    Py_VISIT(self->float_codes);
     Py_VISIT(self->doubles);
     Py_VISIT(self->points);
     Py_VISIT(self->rows);
@@ -629,7 +629,7 @@ FastProcess_traverse(FastProcess *self, visitproc visit, void *arg)
 static int
 FastProcess_clear(FastProcess *self)
 {
-    Py_CLEAR(self->fast);
+    Py_CLEAR(self->float_codes);
     Py_CLEAR(self->doubles);
     Py_CLEAR(self->points);
     Py_CLEAR(self->rows);
@@ -953,7 +953,7 @@ PyInit__fastpath(void)
     }
     INTERN(str_channel, "channel");
     INTERN(str_value, "value");
-    INTERN(str_fast, "fast");
+    INTERN(str_float_codes, "float_codes");
     INTERN(str_doubles, "doubles");
     INTERN(str_slow, "_slow");
     INTERN(str_handover, "_handover");

@@ -1,15 +1,16 @@
 """Per-series columnar buffers of a stream: what is checked and waiting to be cut into requests.
 
-Points arrive here already checked and converted, as per-series chunks (``PointBatch.take()``,
-see ``staging.py``): numpy chunks for timestamps and numeric values, lists for strings and arrays.
-A series' type is pinned by its first chunk. The packer takes points off in first-seen series
-order (its deterministic order), joining a series' chunks once.
+Points arrive here already checked and converted, as per-series columns (the (SeriesBatch,
+bytes) pairs of ``PointBatch.take()``, see ``staging.py``): numpy arrays for timestamps and
+numeric values, lists for strings and arrays. A series keeps its columns as they arrived, chunks
+of its points, and its type is pinned by the first. The packer takes points off in first-seen
+series order (its deterministic order), joining a series' chunks once.
 
 Single double points of many series arrive instead as loose points (``add_loose``): three
 columns (series code, int ns, float) in arrival order, codes numbered by the staging batch that
 made them, appended as they come with nothing made per series. The packer groups them once per
 cut (one stable sort by code, which is first-seen series order), so a point costs the same over
-a million series as over a hundred. A chunk or column added while loose points are pending first
+a million series as over a hundred. A column added while loose points are pending first
 spills them into their series' buffers (``_spill_loose``), so that each series keeps its arrival
 order; the packer spills them too when both kinds are pending.
 
@@ -156,7 +157,7 @@ class Buffer:
         self.nbytes += nbytes
 
     def _spill_loose(self) -> None:
-        """Move the loose points into their series' buffers (before a chunk of any series, so
+        """Move the loose points into their series' buffers (before a column of any series, so
         that every series keeps its arrival order)."""
         series = self.loose_series
         nbytes = self.loose_nbytes
@@ -174,8 +175,8 @@ class Buffer:
             s.nbytes += double_bytes(stop - start)
 
     def add(self, key: SeriesKey, vtype: ValueType, timestamps: I64, values: Any, nbytes: int) -> None:
-        """Append a column chunk (values in SeriesBatch form for ``vtype``; a ``Chunk``'s fields)
-        to the series of a key whose names are already checked, created with ``vtype`` if new;
+        """Append a column chunk (a SeriesBatch's fields and its estimated bytes: values in its
+        form for ``vtype``) to the series of a key whose names are already checked, created with ``vtype`` if new;
         SeriesTypeError if it exists with another type."""
         if self.loose:
             self._spill_loose()

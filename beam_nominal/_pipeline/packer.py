@@ -3,7 +3,9 @@
 Many small series share one request (far cheaper than a message per series); a long series is
 split across requests. Cuts are deterministic: they depend
 only on what is buffered (which depends only on input order) and the budget, so a retried Beam
-bundle produces byte-identical requests and therefore the same idempotency keys.
+bundle produces byte-identical requests and therefore the same idempotency keys. Each request
+carries the estimated bytes it took off the buffer (``Request.buffered_bytes``), which the
+stream's budget gets back when the request is settled.
 
 A series holding one chunk goes into the request as it is (the columns of a block of wide
 records not all floats are rows of one transposed matrix sharing one timestamps array,
@@ -26,19 +28,9 @@ from beam_nominal._wire.batch import DoubleBatches, SeriesBatch, new_batch
 from beam_nominal.model import ValueType
 from beam_nominal.targets.base import Request
 
-__all__ = ["Cut", "cut_requests"]
+__all__ = ["cut_requests"]
 
 _DOUBLE = ValueType.DOUBLE
-
-
-class Cut:
-    """One cut request with the estimated bytes it takes off the buffer budget."""
-
-    __slots__ = ("nbytes", "request")
-
-    def __init__(self, request: Request, nbytes: int) -> None:
-        self.request = request
-        self.nbytes = nbytes
 
 
 def cut_requests(
@@ -50,8 +42,9 @@ def cut_requests(
     final: bool,
     next_seq: int,
     source_name: str | None = None,
-) -> list[Cut]:
-    """Take requests off ``buffer``.
+) -> list[Request]:
+    """Take requests off ``buffer``, each carrying the estimated bytes it takes off the buffer
+    budget (:attr:`Request.buffered_bytes`).
 
     With ``final=False`` only full requests are cut (the buffer keeps less than one request's
     worth); with ``final=True`` everything is cut, the last request possibly partial.
@@ -71,19 +64,20 @@ def cut_requests(
         if buffer.points == buffer.loose_points:
             return _cut_loose(buffer, dataset_rid, max_bytes, max_points, final, next_seq, source_name)
         buffer._spill_loose()
-    cuts: list[Cut] = []
+    requests: list[Request] = []
     batches: list[SeriesBatch] = []
     room_bytes, room_points, taken_bytes = max_bytes, max_points, 0
 
     def emit() -> None:
         nonlocal batches, room_bytes, room_points, taken_bytes
-        cuts.append(Cut(Request(dataset_rid, batches, source_name, next_seq + len(cuts)), taken_bytes))
+        seq = next_seq + len(requests)
+        requests.append(Request(dataset_rid, batches, source_name, seq, buffered_bytes=taken_bytes))
         batches, room_bytes, room_points, taken_bytes = [], max_bytes, max_points, 0
 
     for s in list(buffer.pending()):
         while s.points:
             if not final and buffer.nbytes < max_bytes and buffer.points < max_points and not batches:
-                return cuts
+                return requests
             overhead = s.overhead
             avail = room_bytes - overhead
             points, nbytes = s.points, s.nbytes
@@ -111,7 +105,7 @@ def cut_requests(
     if batches:
         # Final: the partial remainder. Not final: the budget was met up to estimate rounding.
         emit()
-    return cuts
+    return requests
 
 
 _CHANNEL, _TAGS = itemgetter(0), itemgetter(1)
@@ -137,7 +131,7 @@ def _cut_loose(
     final: bool,
     next_seq: int,
     source_name: str | None,
-) -> list[Cut]:
+) -> list[Request]:
     """:func:`cut_requests` of a buffer holding loose points only: series in code order, each
     request filled with whole series up to the budget (found by a search of the running sums,
     not series by series) and then the part of the next series that fits. A request's points
@@ -156,7 +150,7 @@ def _cut_loose(
     cum_points = np.cumsum(counts_arr)
     starts, counts, ovs = starts_arr.tolist(), counts_arr.tolist(), overheads.tolist()
     groups = len(keys)
-    cuts: list[Cut] = []
+    requests: list[Request] = []
     g = 0
     done = 0  # points of series g already cut
     while g < groups:
@@ -164,7 +158,7 @@ def _cut_loose(
         left = total - at
         if not final and left * per_point < max_bytes and left < max_points:
             buffer.put_back_loose(codes[at:], ts[at:], vals[at:], left * per_point)
-            return cuts
+            return requests
         # The request's series: a first one (g0, the rest of a series split by the last
         # request, or whole), whole ones up to ``end``, and the part of the next that fits.
         g0, first = g, counts[g] - done
@@ -203,5 +197,6 @@ def _cut_loose(
         batches = DoubleBatches(
             keys[g0 : g0 + len(req_counts)], req_counts, ts[at : at + taken], vals[at : at + taken]
         )
-        cuts.append(Cut(Request(dataset_rid, batches, source_name, next_seq + len(cuts)), taken * per_point))
-    return cuts
+        seq = next_seq + len(requests)
+        requests.append(Request(dataset_rid, batches, source_name, seq, buffered_bytes=taken * per_point))
+    return requests

@@ -16,13 +16,15 @@ What the batch holds, by how points arrive:
   collection every 700. A series' points are all in one of the two, so each keeps its order.
 * wide records ``(ts, {channel: value})``: one row (the record's values as a list) per record,
   in a block per channel set, value types and tags, checked by comparing two tuples built in C.
-* columns (series elements, Arrow tables, and the two above once settled): numpy chunks per
-  series.
+* columns (series elements, Arrow tables, and the two above once settled): settled runs of
+  numpy columns per series.
 
 :meth:`PointBatch.take` settles everything into per-series columns, vectorised (one int64
 conversion of the timestamps, one stable radix sort by series code, one conversion per series),
-and returns them in first-seen series order; the stream takes them in one call. Cut points of
-the caller are point counts, so the same elements always give the same columns.
+and returns them in first-seen series order as ``(SeriesBatch, bytes)`` pairs: the points of one
+series in the form a request carries them, and their estimated encoded bytes, which the stream's
+buffer budget counts. The stream takes them in one call. Cut points of the caller are point
+counts, so the same elements always give the same columns.
 
 The first value of a series pins its type (see :mod:`beam_nominal._pipeline.values` for the
 conversion rules). Nothing here is thread-safe: one writer owns a batch.
@@ -34,7 +36,7 @@ from array import array
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from types import WrapperDescriptorType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -57,6 +59,7 @@ from beam_nominal._pipeline.values import (
     text_bytes,
     value_bytes,
 )
+from beam_nominal._wire.batch import SeriesBatch, new_batch
 from beam_nominal.errors import ElementError, InputError, SeriesTypeError
 
 if TYPE_CHECKING:
@@ -76,7 +79,7 @@ from beam_nominal.model import (
     timestamps_ns,
 )
 
-__all__ = ["Chunk", "ElementError", "PointBatch", "double_bytes", "is_column"]
+__all__ = ["ElementError", "PointBatch", "double_bytes", "is_column"]
 
 
 class _DoublePoints:
@@ -124,18 +127,8 @@ _I64 = np.dtype(np.int64)
 _F64 = np.dtype(np.float64)
 #: Checked series names a batch keeps from one bundle to the next, at most.
 _KEYS_KEPT = 65536
-#: ``PointBatch.fast`` while rows are pending: never written.
-_NO_FAST: dict[str, int] = {}
-
-
-class Chunk(NamedTuple):
-    """Points of one series, as the stream takes them: values in ``SeriesBatch`` form."""
-
-    key: SeriesKey
-    vtype: ValueType
-    timestamps: Any
-    values: Any
-    nbytes: int
+#: ``PointBatch.float_codes`` while rows are pending: never written.
+_NO_FLOAT_CODES: dict[str, int] = {}
 
 
 class _NoType:
@@ -143,9 +136,9 @@ class _NoType:
 
 
 class _Slot:
-    """One series of the batch: its code (first-seen order), pinned type and settled chunks."""
+    """One series of the batch: its code (first-seen order), pinned type and settled runs."""
 
-    __slots__ = ("chunks", "code", "conv", "key", "unchecked", "vtype")
+    __slots__ = ("code", "conv", "key", "settled", "unchecked", "vtype")
 
     def __init__(self, code: int, key: SeriesKey, vtype: ValueType, first: type = _NoType) -> None:
         self.code = code
@@ -158,9 +151,9 @@ class _Slot:
         #: Checks and normalises one scalar of this type (raises Mismatch), or None for
         #: arrays and structs.
         self.conv = SCALAR_CONVERTERS.get(vtype)
-        #: Settled (timestamps, values, bytes) chunks; an empty tuple until the first, so a
+        #: Settled (timestamps, values, bytes) runs; an empty tuple until the first, so a
         #: series of single points holds no list of its own.
-        self.chunks: list[tuple[Any, Any, int]] | tuple[()] = ()
+        self.settled: list[tuple[Any, Any, int]] | tuple[()] = ()
 
 
 # A new double series' slot and key made without their __init__/__new__ (Python-level calls):
@@ -249,29 +242,30 @@ class PointBatch:
         #: (channel, tag items as given) -> its checked SeriesKey; kept by clear().
         self._keys: dict[tuple[Any, Any], SeriesKey] = {}
         #: Untagged channels whose series is double and takes Python floats unchecked -> code.
-        self._all_fast: dict[str, int] = {}
-        #: What the fast path takes (see add_fast): _all_fast, or nothing while rows are
-        #: pending (so a single point after a wide record's row takes the checked path, which
-        #: settles the rows first and keeps each series in arrival order). Read, never written,
-        #: by the one other copy of the fast path, the compiled ``WriteDoFn.process``
-        #: (``_fastpath.c``, which holds ``fast`` and ``doubles``; see ``on_rebind``).
-        self.fast: dict[str, int] = self._all_fast
+        self._all_float_codes: dict[str, int] = {}
+        #: The channels whose Python-float points the fast path (add_fast) appends unchecked, by
+        #: series code: _all_float_codes, or empty while rows are pending (so a single point
+        #: after a wide record's row takes the checked path, which settles the rows first and
+        #: keeps each series in arrival order). Read, never written, by the one other copy of the
+        #: fast path, the compiled ``WriteDoFn.process`` (``_fastpath.c``, which holds
+        #: ``float_codes`` and ``doubles``; see ``on_rebind``).
+        self.float_codes: dict[str, int] = self._all_float_codes
         #: tag items as given -> the block the last record with those tags went to.
         self._last_block: dict[tuple[Any, ...], _Block] = {}
         self._blocks: dict[tuple[Any, ...], _Block] = {}
-        #: Points in rows and settled chunks (single points are in ``doubles`` and ``flat``):
+        #: Points in rows and settled runs (single points are in ``doubles`` and ``flat``):
         #: with those, what a writer reads to decide when to hand the batch over.
         self.counted = 0
         #: Estimated encoded bytes appended and not taken, except single floats (whose count
         #: bounds them): what a writer compares with its request size to hand the batch over.
         self.nbytes = 0
-        #: Series holding chunks, for take() (which need not visit every series).
+        #: Series holding settled runs, for take() (which need not visit every series).
         self._filled: list[_Slot] = []
         #: Some block holds rows.
         self._rows = False
         #: Records appended to blocks so far (their rows' sequence numbers).
         self._seq = 0
-        #: Called with no arguments whenever ``fast`` or ``doubles`` is rebound (kept by
+        #: Called with no arguments whenever ``float_codes`` or ``doubles`` is rebound (kept by
         #: clear()): the compiled ``WriteDoFn.process`` holds the two rather than look them up
         #: per point.
         self.on_rebind: Callable[[], None] | None = None
@@ -298,18 +292,18 @@ class PointBatch:
         nothing else to count); or do nothing and return 0 (the caller then takes the checked
         path, :meth:`add_point`).
 
-        The hot path of the package: three type tests and a dict lookup, and the point goes to
-        ``doubles`` in one append. The compiled ``WriteDoFn.process`` (``_fastpath.c``)
-        applies the same rule to each element shape for a known series (in Python the call
-        costs more than the rule; ``tests/unit/test_fast_path.py`` holds the two to the same
-        points); it makes no series, so a new one's first point goes to the element's reader,
-        whose call of this method makes it.
+        The hot path of the package: three type tests and a lookup in ``float_codes``, and the
+        point goes to ``doubles`` in one append. The compiled ``WriteDoFn.process``
+        (``_fastpath.c``) applies the same rule to each element shape for a known series (in
+        Python the call costs more than the rule; ``tests/unit/test_fast_path.py`` holds the two
+        to the same points); it makes no series, so a new one's first point goes to the
+        element's reader, whose call of this method makes it.
         """
         # Literals, not module constants: a global lookup costs as much as a comparison.
         if type(value) is float and type(ts) is int and -9223372036854775808 < ts <= 9223372036854775807:
             try:
                 # get, not [ ]: an unknown channel (each new series) raises no KeyError.
-                code = self.fast.get(channel)
+                code = self.float_codes.get(channel)
             except (TypeError, ValueError):  # an unhashable channel
                 # (ValueError: a channel whose __hash__ raises it; the checked path makes that a
                 # FailedElement, as the compiled WriteDoFn.process does, not a failed bundle)
@@ -338,17 +332,17 @@ class PointBatch:
 
     def _new_double(self, channel: Any, ts: Any, value: float) -> bool:
         """The first point (a float, untagged) of a series not yet known, named by a plain str,
-        in a batch without tags of its own, made a lazy series: a code, a key and the fast path's map entry, no slot
-        and no other map entry (over a million series, each new, those were most of a point's
-        cost, and a slot a series kept the garbage collector busy). Every other path makes the
-        pending lazy series slots first (``_materialize``); single doubles reach the buffer by
-        code and key alone (``move_into``). False, having done nothing, for anything else (the
-        general path names what is wrong)."""
+        in a batch without tags of its own, made a lazy series: a code, a key and a
+        ``float_codes`` entry, no slot and no other map entry (over a million series, each new,
+        those were most of a point's cost, and a slot a series kept the garbage collector busy).
+        Every other path makes the pending lazy series slots first (``_materialize``); single
+        doubles reach the buffer by code and key alone (``move_into``). False, having done
+        nothing, for anything else (the general path names what is wrong)."""
         if (
             type(channel) is not str
             or self._base
             or channel in self._untagged
-            or channel in self._all_fast
+            or channel in self._all_float_codes
             or not channel
             or len(channel) > MAX_NAME_CHARS
             or not channel.isascii()
@@ -356,12 +350,12 @@ class PointBatch:
             return False
         t = ts if type(ts) is int and _INT64_MIN < ts <= _INT64_MAX else self._timestamp(ts)
         # Its key is not in _by_key: an untagged key is registered under an equal channel in
-        # _untagged or, lazy, in _all_fast, looked up above.
+        # _untagged or, lazy, in _all_float_codes, looked up above.
         slots = self._slots
         code = len(slots)
         slots.append(None)
         self._series_keys.append((channel, ()))  # a plain tuple: see KeyTuple
-        self._all_fast[channel] = code
+        self._all_float_codes[channel] = code
         if self._lazy_at is None:
             self._lazy_at = code
         if self._rows:
@@ -378,15 +372,15 @@ class PointBatch:
         codes = range(start, start + len(names))
         made: list[_Slot] = list(map(_new_slot, repeat(_Slot, len(names))))
         for code, slot, key in zip(codes, made, keys, strict=True):
-            slot.code, slot.key, slot.vtype, slot.chunks = code, key, _DOUBLE, ()
+            slot.code, slot.key, slot.vtype, slot.settled = code, key, _DOUBLE, ()
             slot.unchecked, slot.conv = float, _DOUBLE_CONV
         slots.extend(made)
         self._series_keys.extend(keys)
         self._by_key.update(zip(keys, made, strict=True))
         self._untagged.update(zip(names, made, strict=True))
         if set(map(type, names)) == {str}:
-            self._all_fast.update(zip(names, codes, strict=True))
-        else:  # str subclasses: _register decides which may take the fast maps
+            self._all_float_codes.update(zip(names, codes, strict=True))
+        else:  # str subclasses: _register decides which may take the fast path
             for slot, name in zip(made, names, strict=True):
                 self._register(slot, name, None)
         return made
@@ -398,7 +392,7 @@ class PointBatch:
 
     def _materialize(self) -> None:
         """Make every lazy series a slot registered as ``_register`` registers an untagged
-        double series (its code, key and fast-path entry stay)."""
+        double series (its code, key and ``float_codes`` entry stay)."""
         start, self._lazy_at = self._lazy_at, None
         slots, keys = self._slots, self._series_keys
         by_key, untagged = self._by_key, self._untagged
@@ -406,7 +400,7 @@ class PointBatch:
             if slots[code] is None:
                 key = series_key(keys[code])
                 slot = _new_slot(_Slot)
-                slot.code, slot.key, slot.vtype, slot.chunks = code, key, _DOUBLE, ()
+                slot.code, slot.key, slot.vtype, slot.settled = code, key, _DOUBLE, ()
                 slot.unchecked, slot.conv = float, _DOUBLE_CONV
                 slots[code] = slot
                 by_key[key] = slot
@@ -462,7 +456,7 @@ class PointBatch:
         self._seq += 1
         if not self._rows:
             self._rows = True
-            self._fast_paths(False)
+            self._open_fast_path(False)
         self.counted += block.width
         self.nbytes += block.row_bytes(row)
 
@@ -562,15 +556,18 @@ class PointBatch:
 
     def add_series(self, channel: Any, timestamps: Any, values: Any, tags: Any = None) -> None:
         """A run of points of one series as two columns (arrays or sequences)."""
-        self._hold(self.series_chunks(channel, timestamps, values, tags))
+        self._hold(self.series_batches(channel, timestamps, values, tags))
 
-    def series_chunks(self, channel: Any, timestamps: Any, values: Any, tags: Any = None) -> list[Chunk]:
+    def series_batches(
+        self, channel: Any, timestamps: Any, values: Any, tags: Any = None
+    ) -> list[tuple[SeriesBatch, int]]:
         """:meth:`add_series` without holding the points: the element checked and converted and
-        its series registered (so its type is pinned), returned as a chunk (none if empty).
+        its series registered (so its type is pinned), returned as a (batch, bytes) pair (none if
+        empty), as :meth:`take` gives them.
 
         A stream puts it straight into its buffer, after what the batch holds (which came
-        first): a column passing through the batch's chunks and ``take()`` costs more than
-        checking it.
+        first): a column passing through the batch's settled runs and ``take()`` costs more
+        than checking it.
         """
         if self._lazy_at is not None:
             self._materialize()
@@ -635,17 +632,17 @@ class PointBatch:
         if new:
             slot = _Slot(-1, slot.key, vt)
             self._register(slot, channel, tags)
-        return [Chunk(slot.key, vt, ts, vals, vbytes + TS_BYTES * len(ts))]
+        return [(new_batch(slot.key, vt, ts, vals), vbytes + TS_BYTES * len(ts))]
 
     def add_table(self, table: Any, timestamp_column: str, tags: Any = None) -> None:
         """A pyarrow ``Table``/``RecordBatch``: one channel per column besides the timestamps.
 
         Nulls are gaps. Every column is checked before any is appended.
         """
-        self._hold(self.table_chunks(table, timestamp_column, tags))
+        self._hold(self.table_batches(table, timestamp_column, tags))
 
-    def table_chunks(self, table: Any, timestamp_column: str, tags: Any = None) -> list[Chunk]:
-        """:meth:`add_table` without holding the points (see :meth:`series_chunks`); also a
+    def table_batches(self, table: Any, timestamp_column: str, tags: Any = None) -> list[tuple[SeriesBatch, int]]:
+        """:meth:`add_table` without holding the points (see :meth:`series_batches`); also a
         pandas or polars DataFrame, a pandas Series or an ``__arrow_c_stream__`` object
         (``frames.as_table``)."""
         import pyarrow as pa
@@ -676,7 +673,7 @@ class PointBatch:
             ts_all = arrow_timestamps_ns(tcol, self._zone, timestamp_column)
         except InputError as exc:
             raise ElementError(timestamp_column, str(exc)) from None
-        # One copy the chunks own (Arrow's memory is the caller's), shared by every column
+        # One copy the batches own (Arrow's memory is the caller's), shared by every column
         # without nulls, as a wide record's columns share theirs.
         ts_owned = np.array(ts_all, dtype=np.int64)
         prepared: list[tuple[_Slot, bool, str, Any, Any, int]] = []
@@ -699,7 +696,7 @@ class PointBatch:
         for slot, new, name, ts, vals, nbytes in prepared:
             if new:
                 self._register(slot, name, tags)
-            out.append(Chunk(slot.key, slot.vtype, ts, vals, nbytes))
+            out.append((new_batch(slot.key, slot.vtype, ts, vals), nbytes))
         return out
 
     def add_typed(self, channel: Any, ts: Any, vtype: ValueType, value: Any, tags: Any = None) -> None:
@@ -722,33 +719,38 @@ class PointBatch:
                 raise _bad_value(channel, slot, value, vtype.value)
         self._append(slot, t, value)
 
-    def checked_chunks(self, chunks: Sequence[Chunk]) -> list[Chunk]:
-        """Chunks already converted (another batch's :meth:`take`), not held (see
-        :meth:`series_chunks`): every chunk checked (its type against its series', its columns
-        and tags readable) before any series is registered; returns the chunks with points,
-        each typed by the enum member (which the buffer compares by identity)."""
+    def checked_batches(self, batches: Sequence[tuple[SeriesBatch, int]]) -> list[tuple[SeriesBatch, int]]:
+        """(batch, bytes) pairs already converted (another batch's :meth:`take`), not held (see
+        :meth:`series_batches`): every batch checked (its type against its series', its columns
+        and tags readable) before any series is registered; returns the pairs whose batch has
+        points, each batch typed by the enum member (which the buffer compares by identity)."""
         if self._lazy_at is not None:
             self._materialize()
         seen: dict[SeriesKey, ValueType] = {}
-        out: list[Chunk] = []
-        for chunk in chunks:
-            vt = ValueType(chunk.vtype)
-            had = seen.get(chunk.key) or self.vtype_of(chunk.key)
-            if had is not None and had is not vt and _all_empty_rows(vt, chunk.values) and had in _ARRAY_TYPES:
-                # An empty row is no more a double array than a string array: a chunk of one
+        out: list[tuple[SeriesBatch, int]] = []
+        for batch, nbytes in batches:
+            vt = ValueType(batch.value_type)
+            key = batch.key
+            had = seen.get(key) or self.vtype_of(key)
+            if had is not None and had is not vt and _all_empty_rows(vt, batch.values) and had in _ARRAY_TYPES:
+                # An empty row is no more a double array than a string array: a batch of one
                 # element (cross-bundle batching) typed [] as a double array by itself.
                 vt = had
-                chunk = chunk._replace(values=_empty_rows(vt, len(chunk.timestamps)))
+                batch = new_batch(key, vt, batch.timestamps, _empty_rows(vt, len(batch.timestamps)))
             if had is not None and had is not vt:
                 raise SeriesTypeError(
-                    f"series {chunk.key.describe()} is pinned to {had.value} by its first value; got a {vt.value} "
+                    f"series {key.describe()} is pinned to {had.value} by its first value; got a {vt.value} "
                     "column. Nothing from this call was buffered."
                 )
-            seen[chunk.key] = vt
-            if len(chunk.timestamps):
-                out.append(chunk if chunk.vtype is vt else chunk._replace(vtype=vt))
+            seen[key] = vt
+            if len(batch.timestamps):
+                if batch.value_type is not vt:
+                    batch = new_batch(key, vt, batch.timestamps, batch.values)
+                out.append((batch, nbytes))
         # Tags read before anything is registered: a key whose tags are not pairs registers none.
-        new = {c.key: dict(c.key.tags) if c.key.tags else None for c in out if c.key not in self._by_key}
+        new = {
+            b.key: dict(b.key.tags) if b.key.tags else None for b, _ in out if b.key not in self._by_key
+        }
         for key, tags in new.items():
             self._register(_Slot(-1, key, seen[key]), key.channel, tags)
         return out
@@ -760,19 +762,20 @@ class PointBatch:
         slot = self._by_key.get(key)
         return slot.vtype if slot is not None else None
 
-    def add_chunk(self, chunk: Chunk) -> None:
-        """Points already converted by another batch's :meth:`take` (cross-bundle batching)."""
-        self._hold(self.checked_chunks((chunk,)))
+    def add_batch(self, batch: SeriesBatch, nbytes: int) -> None:
+        """Points already converted by another batch's :meth:`take`, with their estimated bytes
+        (cross-bundle batching)."""
+        self._hold(self.checked_batches(((batch, nbytes),)))
 
-    def _hold(self, chunks: list[Chunk]) -> None:
-        """Hold chunks of registered series, after everything appended before them (so each
-        series keeps its points in arrival order)."""
-        if not chunks:
+    def _hold(self, batches: list[tuple[SeriesBatch, int]]) -> None:
+        """Hold (batch, bytes) pairs of registered series, after everything appended before
+        them (so each series keeps its points in arrival order)."""
+        if not batches:
             return
         self._settle()
-        for chunk in chunks:
-            self._put(self._by_key[chunk.key], chunk.timestamps, chunk.values, chunk.nbytes)
-            self.counted += len(chunk.timestamps)
+        for batch, nbytes in batches:
+            self._put(self._by_key[batch.key], batch.timestamps, batch.values, nbytes)
+            self.counted += len(batch.timestamps)
 
     def clear(self) -> None:
         """Drop everything, series and their types included (a new bundle starts afresh).
@@ -789,15 +792,17 @@ class PointBatch:
 
     # -- taking -----------------------------------------------------------------------------------
 
-    def take(self) -> list[Chunk]:
-        """Everything appended so far, as per-series chunks in first-seen series order; empties
+    def take(self) -> list[tuple[SeriesBatch, int]]:
+        """Everything appended so far, as (batch, bytes) pairs in first-seen series order (a
+        series' points in one or more batches, each with its estimated encoded bytes); empties
         the batch (series and their pinned types stay)."""
         self._settle()
-        out: list[Chunk] = []
+        out: list[tuple[SeriesBatch, int]] = []
         filled, self._filled = self._filled, []
         for slot in sorted(filled, key=_code):
-            out.extend(Chunk(slot.key, slot.vtype, ts, vals, nbytes) for ts, vals, nbytes in slot.chunks)
-            slot.chunks = ()
+            key, vt = slot.key, slot.vtype
+            out.extend((new_batch(key, vt, ts, vals), nbytes) for ts, vals, nbytes in slot.settled)
+            slot.settled = ()
         self.counted = 0
         self.nbytes = 0
         return out
@@ -806,12 +811,13 @@ class PointBatch:
         """Everything appended so far into a stream's buffer, as :meth:`take` gives it, but for
         single doubles and the rows of one block of wide records of floats: those go as loose
         points (``Buffer.add_loose``: a row's values, one per channel, each a point), so that
-        nothing is made per series. Chunks go first: what is pending came after them (rows and
-        single points settle each other on arrival, so at most one of the two is pending)."""
+        nothing is made per series. Settled runs go first: what is pending came after them (rows
+        and single points settle each other on arrival, so at most one of the two is pending)."""
         loose = self._take_doubles() if len(self.doubles) else self._take_plain_rows() if self._rows else None
         if self.points:
-            for chunk in self.take():
-                buffer.add(*chunk)
+            add = buffer.add
+            for batch, nbytes in self.take():
+                add(batch.key, batch.value_type, batch.timestamps, batch.values, nbytes)
         if loose is not None:
             codes, ts, vals = loose
             buffer.add_loose(self._series_keys, codes, ts, vals, double_bytes(len(codes)))
@@ -840,16 +846,16 @@ class PointBatch:
         self.counted -= rows * width
         self.nbytes -= rows * width * POINT_BYTES  # what row_bytes counted for them
         self._rows = False
-        self._fast_paths(True)
+        self._open_fast_path(True)
         return codes, ts, vals
 
     def _put(self, slot: _Slot, ts: Any, vals: Any, nbytes: int) -> None:
-        chunks = slot.chunks
-        if chunks:
-            chunks.append((ts, vals, nbytes))
+        settled = slot.settled
+        if settled:
+            settled.append((ts, vals, nbytes))
         else:
             self._filled.append(slot)
-            slot.chunks = [(ts, vals, nbytes)]
+            slot.settled = [(ts, vals, nbytes)]
         self.nbytes += nbytes
 
     # -- internals ---------------------------------------------------------------------------------
@@ -941,15 +947,16 @@ class PointBatch:
             self._untagged[channel] = known
             if type(channel) is not str and not _c_level_str(type(channel)):
                 # Its __eq__ (Python code) would run whenever a str of its name is looked up in
-                # ``fast``, as the compiled ``WriteDoFn.process`` does: the checked paths take it.
+                # ``float_codes``, as the compiled ``WriteDoFn.process`` does: the checked paths
+                # take it.
                 return
             if known.vtype is _DOUBLE and known.unchecked is float:
-                self._all_fast[channel] = known.code
+                self._all_float_codes[channel] = known.code
 
-    def _fast_paths(self, on: bool) -> None:
-        """Open or close the fast path (``fast``): closed while rows are pending, so that a
-        single point settles them first."""
-        self.fast = self._all_fast if on else _NO_FAST
+    def _open_fast_path(self, on: bool) -> None:
+        """Open (``on``) or close the fast path (``float_codes``): closed while rows are
+        pending, so that a single point settles them first."""
+        self.float_codes = self._all_float_codes if on else _NO_FLOAT_CODES
         self._rebound()
 
     def _rebound(self) -> None:
@@ -957,7 +964,7 @@ class PointBatch:
             self.on_rebind()
 
     def _settle(self) -> None:
-        """Move single points and rows into their series' chunks (at most one of the two is
+        """Move single points and rows into their series' settled runs (at most one of the two is
         pending: each settles the other before it takes a point)."""
         if self.flat or len(self.doubles):
             self._settle_flat()
@@ -965,7 +972,7 @@ class PointBatch:
             self._settle_rows()
 
     def _settle_flat(self) -> None:
-        """Single points into their series' chunks: ``doubles`` as the columns they are, the
+        """Single points into their series' settled runs: ``doubles`` as the columns they are, the
         flat list converted (their series are not the same, so either may go first)."""
         if len(self.doubles):
             codes, ts, vals = self.doubles.take()
@@ -983,7 +990,7 @@ class PointBatch:
 
     def _settle_singles(self, codes: Any, ts: Any, vals: Any) -> None:
         """Points of many series, in arrival order (codes and ts int arrays, values an array or
-        a list), into each series' chunks."""
+        a list), into each series' settled runs."""
         if self._lazy_at is not None:
             self._materialize()
         n = len(codes)
@@ -1007,7 +1014,7 @@ class PointBatch:
         self.counted += n
 
     def _settle_rows(self) -> None:
-        # Rows were counted by row_bytes; their chunks count themselves (_put).
+        # Rows were counted by row_bytes; their settled runs count themselves (_put).
         self.nbytes -= sum(b.row_bytes(r) for b in self._blocks.values() for r in b.rows)
         # Per series, its columns from every block; a series in several blocks (records of
         # different channel sets) has its pieces merged back into record order.
@@ -1044,7 +1051,7 @@ class PointBatch:
                     col = list(map(joined.__getitem__, order.tolist()))
             self._add_settled(self._real_slots()[code], ts, col)
         self._rows = False
-        self._fast_paths(True)
+        self._open_fast_path(True)
 
     def _settle_plain_block(self, block: _Block) -> None:
         """The common case of _settle_rows: one block of floats, so no merging (one matrix, each
@@ -1057,7 +1064,7 @@ class PointBatch:
         for slot, col in zip(block.slots, matrix, strict=True):
             put(slot, ts, col, nbytes)  # type: ignore[arg-type]
         self._rows = False
-        self._fast_paths(True)
+        self._open_fast_path(True)
 
     def _add_settled(self, slot: _Slot, ts: Any, vals: Any) -> None:
         vt = slot.vtype
@@ -1075,7 +1082,7 @@ _ARRAY_TYPES = (_DOUBLE_ARRAY, _STRING_ARRAY)
 
 
 def _all_empty_rows(vt: ValueType, values: Any) -> bool:
-    """Whether an array chunk's rows are all empty (values in SeriesBatch form for ``vt``)."""
+    """Whether an array column's rows are all empty (values in SeriesBatch form for ``vt``)."""
     if vt not in _ARRAY_TYPES:
         return False
     if isinstance(values, np.ndarray):
@@ -1096,10 +1103,10 @@ def _c_level_str(cls: type) -> bool:
     return isinstance(cls.__hash__, WrapperDescriptorType) and isinstance(cls.__eq__, WrapperDescriptorType)
 
 
-def double_column(key: SeriesKey, ts: Any, values: Any) -> Chunk:
-    """The chunk of a checked double column (int64 ns, float64 values, copies the chunk owns):
-    ``series_chunks``' fast path."""
-    return Chunk(key, _DOUBLE, ts, values, double_bytes(len(ts)))
+def double_column(key: SeriesKey, ts: Any, values: Any) -> tuple[SeriesBatch, int]:
+    """The (batch, bytes) pair of a checked double column (int64 ns, float64 values, copies the
+    batch owns): ``series_batches``' fast path."""
+    return new_batch(key, _DOUBLE, ts, values), double_bytes(len(ts))
 
 
 def _point_bytes(value: Any) -> int:

@@ -50,8 +50,9 @@ from apache_beam.metrics.metric import Lineage
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_nominal._pipeline.staging import Chunk, PointBatch
+from beam_nominal._pipeline.staging import PointBatch
 from beam_nominal._pipeline.uploader import Uploader
+from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.beam._elements import (
     ELEMENT_ERRORS,
     FailedElement,
@@ -74,10 +75,10 @@ __all__ = [
     "HANDOVER_BYTES",
     "HANDOVER_POINTS",
     "SinkConfig",
-    "ToChunksDoFn",
-    "WriteChunksDoFn",
+    "ToSeriesBatchesDoFn",
+    "WriteSeriesBatchesDoFn",
     "WriteDoFn",
-    "chunk_key",
+    "batch_key",
     "report_lineage",
     "resolve_token",
 ]
@@ -358,7 +359,7 @@ class WriteDoFn(_ProcessBase, beam.DoFn):
 
     def _rebind(self) -> None:
         """Tell the compiled ``process`` what it reads (the Python one reads the attributes), now
-        and whenever the batch rebinds its fast map or its double points."""
+        and whenever the batch rebinds its float_codes map or its double points."""
         self._batch.on_rebind = self._rebind
         self._bind_fast(self._batch, self._points, self._rows, self._timestamp_field, self._fast_limit)
 
@@ -465,26 +466,27 @@ def _abandon(sender: Sender) -> None:
         _LOG.debug("WriteToNominal: closing a failed bundle's sender raised", exc_info=True)
 
 
-def _chunk_failed(chunk: Chunk, exc: Exception) -> FailedElement:
-    ts = chunk.timestamps
+def _batch_failed(batch: SeriesBatch, exc: Exception) -> FailedElement:
+    ts = batch.timestamps
     described = {
-        "channel": chunk.key.channel,
-        "tags": dict(chunk.key.tags),
+        "channel": batch.key.channel,
+        "tags": dict(batch.key.tags),
         "points": len(ts),
         "first_timestamp": int(ts[0]) if len(ts) else None,
         "last_timestamp": int(ts[-1]) if len(ts) else None,
     }
-    return FailedElement(described, type(exc).__name__, f"{len(ts)} points of series {chunk.key.describe()}: {exc}")
+    return FailedElement(described, type(exc).__name__, f"{len(ts)} points of series {batch.key.describe()}: {exc}")
 
 
-def chunk_key(chunk: Chunk) -> str:
-    """A deterministic string key for a chunk's series (GroupIntoBatches needs a deterministic coder)."""
-    return chunk.key.describe()
+def batch_key(batch: SeriesBatch) -> str:
+    """A deterministic string key for a batch's series (GroupIntoBatches needs a deterministic coder)."""
+    return batch.key.describe()
 
 
-class ToChunksDoFn(beam.DoFn):
-    """Reads elements into per-series chunks for cross-bundle batching: ``(series, chunk)``
-    pairs, or the ``FailedElement`` of an element it cannot read (tagged ``failed``)."""
+class ToSeriesBatchesDoFn(beam.DoFn):
+    """Reads elements into per-series batches for cross-bundle batching: ``(series, (batch,
+    bytes))`` pairs (``PointBatch.take``'s pairs, keyed by series), or the ``FailedElement`` of
+    an element it cannot read (tagged ``failed``)."""
 
     def __init__(self, config: SinkConfig) -> None:
         super().__init__()
@@ -504,7 +506,7 @@ class ToChunksDoFn(beam.DoFn):
 
     def process(self, element: Any) -> Iterable[Any]:
         batch = self._batch
-        # One element per batch: a chunk must not carry a type pinned by another element.
+        # One element per PointBatch: a series batch must not carry a type pinned by another element.
         batch.clear()
         try:
             config = self._config
@@ -516,25 +518,26 @@ class ToChunksDoFn(beam.DoFn):
         except ELEMENT_ERRORS as exc:
             self._failed_counter.inc()
             return [beam.pvalue.TaggedOutput(FAILED_TAG, failed(element, exc))]
-        return [(chunk_key(c), c) for c in batch.take()]
+        return [(batch_key(pair[0]), pair) for pair in batch.take()]
 
 
-#: The tag of ToChunksDoFn's failed output (it has two: chunks and failed).
+#: The tag of ToSeriesBatchesDoFn's failed output (it has two: the series batches and failed).
 FAILED_TAG = "failed"
 
 
-class WriteChunksDoFn(WriteDoFn):
-    """Writes batches of series chunks made by cross-bundle batching: ``(sharded_key, [chunk])``."""
+class WriteSeriesBatchesDoFn(WriteDoFn):
+    """Writes the series batches grouped by cross-bundle batching: ``(sharded_key, [(batch,
+    bytes)])``."""
 
-    def process(self, element: tuple[Any, Iterable[Chunk]]) -> Iterable[FailedElement]:
+    def process(self, element: tuple[Any, Iterable[tuple[SeriesBatch, int]]]) -> Iterable[FailedElement]:
         out: list[FailedElement] = []
-        for chunk in element[1]:
+        for batch, nbytes in element[1]:
             try:
-                self._batch.add_chunk(chunk)
+                self._batch.add_batch(batch, nbytes)
             except ELEMENT_ERRORS as exc:
-                # The chunk's elements are gone (batching keeps columns, not elements): the
+                # The batch's elements are gone (batching keeps columns, not elements): the
                 # failure names its series and points, as a series the server refused does.
-                out.extend(self._fail(_chunk_failed(chunk, exc)))
+                out.extend(self._fail(_batch_failed(batch, exc)))
         if self._batch.nbytes >= HANDOVER_BYTES:
             self._handover()
         return out

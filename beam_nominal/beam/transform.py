@@ -27,7 +27,7 @@ from apache_beam.transforms.util import GroupIntoBatches
 from apache_beam.transforms.window import FixedWindows, GlobalWindows, Sessions, SlidingWindows
 
 from beam_nominal._pipeline.staging import PointBatch
-from beam_nominal.beam._dofn import FAILED_TAG, SinkConfig, ToChunksDoFn, WriteChunksDoFn, WriteDoFn
+from beam_nominal.beam._dofn import FAILED_TAG, SinkConfig, ToSeriesBatchesDoFn, WriteDoFn, WriteSeriesBatchesDoFn
 from beam_nominal.beam._elements import SHAPE_FIELDS as _SHAPE_FIELDS
 from beam_nominal.beam._rows import RowOptions, RowSchemaError, is_wide, layout, schema_fields
 from beam_nominal.model import check_timezone
@@ -170,15 +170,15 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             the fix in the reason; int ns are UTC by definition.
         tags: tags added to every series (an element's own tags win on a clash).
         local_data_dir: data directory of the embedded server (default ``./nominal-data``).
-        cross_bundle_batching: batch series chunks across bundles with
-            ``GroupIntoBatches.WithShardedKey``, so streaming runners' small bundles do not each
-            become a request. ``None`` (default): on when the input PCollection is unbounded (a
-            streaming source), off when it is bounded (batch bundles are large; batching them
-            again only costs); always off on ``PrismRunner``, where ``True`` is refused (Prism
-            loses elements of ``GroupIntoBatches``; docs/runners.md). See docs/benchmarks.md,
-            "Small bundles".
-        batch_size: chunks per batch with cross-bundle batching.
-        max_buffering_duration_secs: longest a chunk waits for its batch with cross-bundle
+        cross_bundle_batching: group elements' points, a series batch per series and element,
+            across bundles with ``GroupIntoBatches.WithShardedKey``, so streaming runners' small
+            bundles do not each become a request. ``None`` (default): on when the input
+            PCollection is unbounded (a streaming source), off when it is bounded (batch bundles
+            are large; batching them again only costs); always off on ``PrismRunner``, where
+            ``True`` is refused (Prism loses elements of ``GroupIntoBatches``; docs/runners.md).
+            See docs/benchmarks.md, "Small bundles".
+        batch_size: series batches per group with cross-bundle batching.
+        max_buffering_duration_secs: longest a series batch waits for its group with cross-bundle
             batching: the latency it adds, at most (plus the runner's timer delay).
         max_file_bytes: with an Avro prefix target, the size at which a file rolls over (default
             256 MiB).
@@ -372,8 +372,8 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
                 "or run on another runner"
             )
         elif cross_bundle and windows is not None and windows > 1:
-            # Its chunks are re-windowed into the global window, one copy per window the element
-            # is in: each point would be written that many times.
+            # Its series batches are re-windowed into the global window, one copy per window the
+            # element is in: each point would be written that many times.
             raise ValueError(
                 f"WriteToNominal: cross_bundle_batching=True with {type(pcoll.windowing.windowfn).__name__} "
                 f"(each element in {windows} windows) would write every point {windows} times; write "
@@ -383,19 +383,22 @@ class WriteToNominal(beam.PTransform):  # type: ignore[type-arg]
             # The write DoFn's only output is the failed elements (see _dofn.py), and the files
             # written with a prefix target.
             return _split_files(pcoll | "Write" >> beam.ParDo(WriteDoFn(config)), self._target)
-        chunks = pcoll | "ToChunks" >> beam.ParDo(ToChunksDoFn(config)).with_outputs(FAILED_TAG, main="chunks")
+        # The step's label and output tag are names in running jobs: a streaming update matches
+        # steps by name, so another label would break updating a job.
+        read = pcoll | "ToChunks" >> beam.ParDo(ToSeriesBatchesDoFn(config)).with_outputs(FAILED_TAG, main="chunks")
         batched = (
-            chunks["chunks"]
+            read["chunks"]
             | "Typed" >> beam.Map(_identity).with_output_types(tuple[str, Any])
             # GroupIntoBatches is stateful: runners drop elements of expired windows there (late
             # data beyond the allowed lateness), and it flushes every key at every window's end.
-            # Chunks need no window (failures were output above, in their own), so batch globally.
+            # Series batches need no window (failures were output above, in their own), so batch
+            # globally.
             | "Unwindowed" >> beam.WindowInto(GlobalWindows())
             | "Batch"
             >> GroupIntoBatches.WithShardedKey(self._batch_size, max_buffering_duration_secs=self._max_buffering)
         )
-        written = _split_files(batched | "Write" >> beam.ParDo(WriteChunksDoFn(config)), self._target)
-        failed = (chunks[FAILED_TAG], written.failed) | "Failed" >> beam.Flatten()
+        written = _split_files(batched | "Write" >> beam.ParDo(WriteSeriesBatchesDoFn(config)), self._target)
+        failed = (read[FAILED_TAG], written.failed) | "Failed" >> beam.Flatten()
         return WriteToNominalResult(failed=failed, files=written.files)
 
 

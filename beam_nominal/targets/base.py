@@ -41,6 +41,11 @@ class Request:
     source_name: str | None = None
     #: Sequence number within its stream, for logs and deterministic naming.
     seq: int = 0
+    #: The packer's estimate of the buffered bytes this request took off its stream's budget,
+    #: which the budget gets back when the request is settled. 0 for a request not cut from a
+    #: buffer, such as a part of a request split after a refusal: the bytes are the split
+    #: request's, released when it is settled.
+    buffered_bytes: int = field(default=0, kw_only=True, repr=False)
     points: int = field(init=False)
 
     def __post_init__(self) -> None:

@@ -22,7 +22,7 @@ def test_an_empty_row_of_a_string_array_series_lands_with_or_without_cross_bundl
     tmp_path: Path, cross_bundle_batching: bool
 ) -> None:
     # An empty row alone says nothing of its element type: it takes the type its series has
-    # (string_array, from its first row), also when it reaches the sink as a chunk of its own.
+    # (string_array, from its first row), also when it reaches the sink as a series batch of its own.
     rows: list[list[str]] = [["a", "b"], [], ["x"]]
     elements = [("sa", BASE + k, rows[k % 3]) for k in range(30)]
     rid = f"ri.test.empty-rows.{cross_bundle_batching}"

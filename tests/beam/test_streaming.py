@@ -194,7 +194,7 @@ def test_fixed_windows_as_the_watermark_advances(served: tuple[LocalServer, Requ
         ],
     }
     # Per bundle: a request per bundle with a good point (15 raw, 3 aggregate panes). Cross-bundle: batches are
-    # made across windows and bundles, and 1000 chunks never fill one, so one request per sink.
+    # made across windows and bundles, and 1000 series batches never fill one, so one request per sink.
     assert requests.take() == (2 if cross_bundle else 18)
 
 
@@ -436,9 +436,9 @@ def test_the_default_fails_a_type_clash_found_after_batching_as_its_series_point
     served: tuple[LocalServer, Requests], tmp_path: Path
 ) -> None:
     """With cross-bundle batching (the default for unbounded inputs) a clash between elements of
-    different bundles is found once their chunks are batched, when the elements are gone: the
+    different bundles is found once their series batches are grouped, when the elements are gone: the
     failure names the series, its points and their time range (as a series the server refused),
-    not an internal chunk; with batching off it would be the element in its own window."""
+    not an internal series batch; with batching off it would be the element in its own window."""
     server, _ = served
     rid = "ri.test.stream.clash"
     stream = (

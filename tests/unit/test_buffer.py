@@ -27,7 +27,7 @@ def test_pin_conflict_names_channel_tags_and_both_types() -> None:
     msg = str(info.value)
     assert "'temp'" in msg and "site=a" in msg and "double" in msg and "string" in msg
     assert isinstance(info.value, TypeError)
-    assert buf.points == 1 and buf.nbytes == 24  # nothing of the refused chunk
+    assert buf.points == 1 and buf.nbytes == 24  # nothing of the refused column
     # Another tag set is another series and takes its own type.
     buf.add(SeriesKey.of("temp", {"site": "b"}), ValueType.STRING, _NO_TS, [], 0)
     assert buf.series[SeriesKey.of("temp", {"site": "b"})].vtype is ValueType.STRING

@@ -21,7 +21,7 @@ import pytest
 from _stream_fakes import RecordingTarget
 
 from beam_nominal._pipeline.staging import PointBatch
-from beam_nominal.beam._dofn import SinkConfig, WriteChunksDoFn, WriteDoFn
+from beam_nominal.beam._dofn import SinkConfig, WriteDoFn, WriteSeriesBatchesDoFn
 from tests.unit._dofns import IMPLEMENTATIONS, PythonWriteDoFn
 
 B = 1_700_000_000_000_000_000
@@ -157,7 +157,7 @@ def test_process_and_add_fast_take_the_same_points(dofn: WriteDoFn, shape: str, 
     element = SHAPES[shape](*point)
     reference = _batch()
     flat = _doubles(reference)
-    new = type(point[0]) is str and point[0] not in reference.fast
+    new = type(point[0]) is str and point[0] not in reference.float_codes
     took = bool(reference.add_fast(*point))
     inline, appended = _taken_inline(dofn, element)
     if isinstance(dofn, PythonWriteDoFn) and shape != "tuple":
@@ -224,7 +224,7 @@ def test_a_failed_hand_over_on_the_fast_path_is_raised_not_taken_for_a_slow_elem
     dofn._fast_limit = 2  # hand over at the second point
     dofn._rebind()
     assert list(dofn.process(("c", B, 0.5))) == []  # new to the batch: its reader pins it double
-    assert dofn._batch.fast == {"c": 0}
+    assert dofn._batch.float_codes == {"c": 0}
     with pytest.raises(SeriesTypeError, match="at the hand-over"):
         dofn.process(("c", B + 1, 0.5))
     assert len(dofn._batch.doubles) == 0
@@ -260,9 +260,10 @@ def test_a_channel_whose_hash_raises_fails_the_bundle(dofn: WriteDoFn, shape: st
 
 
 def test_a_channel_whose_hash_rebinds_the_dofn_never_appends_a_code_to_another_batch(dofn: WriteDoFn) -> None:
-    # As add_fast (a method of one batch): a series code goes only to the double points of the batch
-    # whose fast map gave it. The compiled process holds the map and list it was bound to; when
-    # the lookup rebinds them it appends nothing and hands the element to the checked path.
+    # As add_fast (a method of one batch): a series code goes only to the double points of the
+    # batch whose float_codes map gave it. The compiled process holds the map and list it was
+    # bound to; when the lookup rebinds them it appends nothing and hands the element to the
+    # checked path.
     _pin_c(dofn)
     old = dofn._batch
     slow: list[Any] = []
@@ -283,29 +284,29 @@ def test_a_channel_whose_hash_rebinds_the_dofn_never_appends_a_code_to_another_b
     if not isinstance(dofn, PythonWriteDoFn):
         assert (_doubles(old)[3:], slow) == ([], [element])
     else:
-        assert (_doubles(old)[3:], slow) == ([old.fast["c"], B, 0.5], [])
+        assert (_doubles(old)[3:], slow) == ([old.float_codes["c"], B, 0.5], [])
 
 
 def test_the_compiled_process_follows_the_batch_rebinding_its_list_and_map(dofn: WriteDoFn) -> None:
-    # The compiled process holds the batch's fast map and double points; every rebinding (a settle,
-    # the fast paths closed by a wide record and opened again, a new bundle's clear) must reach
-    # it, or points would go to a list nobody reads.
+    # The compiled process holds the batch's float_codes map and double points; every rebinding
+    # (a settle, the fast paths closed by a wide record and opened again, a new bundle's clear)
+    # must reach it, or points would go to a list nobody reads.
     batch = dofn._batch
     batch.add_point("c", B - 1, 0.25, None)
     assert list(dofn.process(("c", B, 0.5))) == []
     batch.take()  # a settle
     assert list(dofn.process(("c", B + 1, 0.75))) == []
-    assert _doubles(batch) == [batch.fast["c"], B + 1, 0.75]
-    batch.add_record(B + 2, {"c": 1.5})  # rows pending: the fast map closed
+    assert _doubles(batch) == [batch.float_codes["c"], B + 1, 0.75]
+    batch.add_record(B + 2, {"c": 1.5})  # rows pending: float_codes closed
     assert list(dofn.process(("c", B + 3, 2.5))) == []
     batch.add_point("c", B + 4, 3.5, None)
     assert list(dofn.process(("c", B + 5, 4.5))) == []  # the rows settled: open again
-    chunks = batch.take()
-    assert [float(v) for c in chunks for v in c.values] == [0.75, 1.5, 2.5, 3.5, 4.5]
+    taken = batch.take()
+    assert [float(v) for b, _ in taken for v in b.values] == [0.75, 1.5, 2.5, 3.5, 4.5]
     batch.clear()
     batch.add_point("d", B, 0.25, None)
     assert list(dofn.process(("d", B + 1, 0.5))) == []
-    assert _doubles(batch)[3:] == [batch.fast["d"], B + 1, 0.5]
+    assert _doubles(batch)[3:] == [batch.float_codes["d"], B + 1, 0.5]
 
 
 @pytest.mark.compiled
@@ -325,7 +326,7 @@ def test_a_class_lookup_that_rebinds_the_dofn_does_not_read_a_freed_set() -> Non
         class Fn(FastProcess):
             def _slow(self, element): return "slow"
         fn, batch = Fn(), Batch()
-        batch.fast, batch.doubles = {"c": 0}, DoublePoints()
+        batch.float_codes, batch.doubles = {"c": 0}, DoublePoints()
         class Meta(type):
             def __hash__(cls): return 1
             def __eq__(cls, other):
@@ -344,7 +345,7 @@ def test_a_class_lookup_that_rebinds_the_dofn_does_not_read_a_freed_set() -> Non
 
 
 @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
-@pytest.mark.parametrize("cls", [WriteDoFn, WriteChunksDoFn], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [WriteDoFn, WriteSeriesBatchesDoFn], ids=lambda c: c.__name__)
 def test_the_dofn_pickles_with_every_protocol(cls: type[WriteDoFn], protocol: int) -> None:
     # Protocols 0 and 1 (copyreg's default reduce) cannot copy a compiled base class: "cannot
     # pickle 'FastProcess' object" until WriteDoFn said how it is rebuilt (__reduce__).
@@ -357,7 +358,7 @@ def test_the_dofn_pickles_with_every_protocol(cls: type[WriteDoFn], protocol: in
         if cls is WriteDoFn:
             copied._batch.add_point("c", B - 1, 0.25, None)
             assert list(copied.process(("c", B, 0.5))) == []  # bound to its own new batch
-            assert _doubles(copied._batch)[3:] == [copied._batch.fast["c"], B, 0.5]
+            assert _doubles(copied._batch)[3:] == [copied._batch.float_codes["c"], B, 0.5]
         assert copied.finish_bundle() is None
     finally:
         copied.teardown()
@@ -405,7 +406,7 @@ def test_every_point_goes_to_its_own_series_whatever_the_channel_cache_holds(dof
         for i in range(3):
             for j, name in enumerate(order):
                 assert list(dofn.process(("".join(list(name)), B + 1 + i, float(j)))) == []
-        got = {c.key.channel: [float(v) for v in c.values] for c in batch.take()}
+        got = {b.key.channel: [float(v) for v in b.values] for b, _ in batch.take()}
         assert got == {name: [-1.0, float(j), float(j), float(j)] for j, name in enumerate(order)}
 
 
@@ -445,5 +446,5 @@ def test_a_mapping_whose_class_has_point_fields_is_read_as_a_mapping(dofn: Write
     for i in range(3):
         assert list(dofn.process(Fielded(channel="c", timestamp=B + i, value=i + 0.5))) == []
     assert Fielded not in dofn._points
-    chunks = dofn._batch.take()
-    assert [float(v) for c in chunks for v in c.values] == [0.25, 0.5, 1.5, 2.5]
+    taken = dofn._batch.take()
+    assert [float(v) for b, _ in taken for v in b.values] == [0.25, 0.5, 1.5, 2.5]

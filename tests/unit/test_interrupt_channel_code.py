@@ -152,4 +152,4 @@ def test_str_subclasses_hashing_in_c_keep_the_fast_paths() -> None:
     batch = PointBatch()
     for channel in (np.str_("np"), Plain("plain"), Hashing("hashing"), "str"):
         batch.add_point(channel, B, 0.5, None)
-    assert sorted(batch.fast) == ["np", "plain", "str"]
+    assert sorted(batch.float_codes) == ["np", "plain", "str"]

@@ -21,10 +21,10 @@ T0 = 1_700_000_000_000_000_000
 
 def _points(batch: PointBatch) -> dict[SeriesKey, list[tuple[int, Any]]]:
     out: dict[SeriesKey, list[tuple[int, Any]]] = {}
-    for chunk in batch.take():
-        assert chunk.vtype is ValueType.DOUBLE
-        out.setdefault(chunk.key, []).extend(
-            zip(np.asarray(chunk.timestamps).tolist(), list(chunk.values), strict=True)
+    for series, _ in batch.take():
+        assert series.value_type is ValueType.DOUBLE
+        out.setdefault(series.key, []).extend(
+            zip(np.asarray(series.timestamps).tolist(), list(series.values), strict=True)
         )
     return out
 
@@ -81,9 +81,9 @@ def test_lazy_series_reach_the_buffer_by_key() -> None:
     buffer = Buffer()
     batch.move_into(buffer)
     assert list(buffer.loose_series) == [SeriesKey("a"), SeriesKey("b"), SeriesKey("a2")]
-    cuts = cut_requests(buffer, dataset_rid="ri.x", max_bytes=1 << 20, max_points=1000, final=True, next_seq=0)
+    reqs = cut_requests(buffer, dataset_rid="ri.x", max_bytes=1 << 20, max_points=1000, final=True, next_seq=0)
     got = {
-        b.key: list(zip(b.timestamps.tolist(), b.values.tolist(), strict=True)) for c in cuts for b in c.request.batches
+        b.key: list(zip(b.timestamps.tolist(), b.values.tolist(), strict=True)) for c in reqs for b in c.batches
     }
     assert got == {
         SeriesKey("a"): [(T0, 0.0)],
@@ -103,8 +103,8 @@ def test_many_lazy_series_leave_nothing_per_series_for_the_garbage_collector() -
     for i, ch in enumerate(names):
         batch.add_point(ch, T0 + i, float(i), None)
     batch.move_into(buffer)
-    cuts = cut_requests(buffer, dataset_rid="ri.x", max_bytes=10**5, max_points=10**6, final=True, next_seq=0)
+    reqs = cut_requests(buffer, dataset_rid="ri.x", max_bytes=10**5, max_points=10**6, final=True, next_seq=0)
     gc.collect()
     assert len(gc.get_objects()) - before < n // 100
-    assert sum(c.request.points for c in cuts) == n
-    assert [b.key for c in cuts for b in c.request.batches] == [SeriesKey(ch) for ch in names]
+    assert sum(c.points for c in reqs) == n
+    assert [b.key for c in reqs for b in c.batches] == [SeriesKey(ch) for ch in names]

@@ -1,6 +1,6 @@
 """Single double points of many series held as loose columns (``Buffer.add_loose``) and grouped
 once per cut: every point delivered once, each series in arrival order, series in first-seen
-order, requests within their budget, the same cuts for the same input."""
+order, requests within their budget, the same reqs for the same input."""
 
 from __future__ import annotations
 
@@ -31,10 +31,10 @@ def _cut_all(buffer: Buffer, max_bytes: int, max_points: int, final: bool = True
     )
 
 
-def _delivered(cuts: list[Any]) -> dict[SeriesKey, list[tuple[int, float]]]:
+def _delivered(reqs: list[Any]) -> dict[SeriesKey, list[tuple[int, float]]]:
     out: dict[SeriesKey, list[tuple[int, float]]] = {}
-    for cut in cuts:
-        for b in cut.request.batches:
+    for req in reqs:
+        for b in req.batches:
             assert b.value_type is ValueType.DOUBLE
             out.setdefault(b.key, []).extend(zip(b.timestamps.tolist(), b.values.tolist(), strict=True))
     return out
@@ -62,27 +62,27 @@ def test_every_point_once_in_arrival_order_within_budget() -> None:
     buffer = Buffer()
     _staged(points, buffer)
     assert buffer.loose and buffer.points == len(points)
-    cuts = _cut_all(buffer, max_bytes=20_000, max_points=700)
+    reqs = _cut_all(buffer, max_bytes=20_000, max_points=700)
     assert buffer.points == 0 and buffer.nbytes == 0 and not buffer.loose
-    assert _delivered(cuts) == _expected(points)
+    assert _delivered(reqs) == _expected(points)
     first_seen = list(dict.fromkeys(SeriesKey(ch) for ch, _, _ in points))
-    order = list(dict.fromkeys(b.key for c in cuts for b in c.request.batches))
+    order = list(dict.fromkeys(b.key for c in reqs for b in c.batches))
     assert order == first_seen
-    for c in cuts:
-        batches = c.request.batches
+    for c in reqs:
+        batches = c.batches
         assert sum(len(b.timestamps) for b in batches) <= 700
         estimate = sum(series_overhead(b.key) + DOUBLE_POINT_BYTES * len(b.timestamps) for b in batches)
         assert estimate <= 20_000
-        assert c.nbytes == DOUBLE_POINT_BYTES * sum(len(b.timestamps) for b in batches)
+        assert c.buffered_bytes == DOUBLE_POINT_BYTES * sum(len(b.timestamps) for b in batches)
 
 
 def test_a_series_longer_than_a_request_is_split_in_order() -> None:
     points = [("long", T0 + i, float(i)) for i in range(5_000)] + _points(100, 50, seed=1)
     buffer = Buffer()
     _staged(points, buffer)
-    cuts = _cut_all(buffer, max_bytes=10_000, max_points=10**6)
-    assert len(cuts) > 10
-    assert _delivered(cuts) == _expected(points)
+    reqs = _cut_all(buffer, max_bytes=10_000, max_points=10**6)
+    assert len(reqs) > 10
+    assert _delivered(reqs) == _expected(points)
 
 
 def test_a_non_final_cut_keeps_less_than_a_request_and_the_rest_follows_in_order() -> None:
@@ -98,7 +98,7 @@ def test_a_non_final_cut_keeps_less_than_a_request_and_the_rest_follows_in_order
     assert _delivered(first + rest) == _expected(points)
 
 
-def test_a_chunk_after_loose_points_of_its_series_comes_after_them() -> None:
+def test_a_column_after_loose_points_of_its_series_comes_after_them() -> None:
     points = _points(3_000, 300, seed=3)
     buffer = Buffer()
     batch = _staged(points, buffer)
@@ -120,7 +120,7 @@ def test_the_same_points_give_the_same_requests() -> None:
         buffer = Buffer()
         _staged(points, buffer, every=777)
         return [
-            [(b.key, b.timestamps.tolist(), b.values.tolist()) for b in c.request.batches]
+            [(b.key, b.timestamps.tolist(), b.values.tolist()) for b in c.batches]
             for c in _cut_all(buffer, max_bytes=15_000, max_points=900)
         ]
 
@@ -130,9 +130,9 @@ def test_the_same_points_give_the_same_requests() -> None:
 def test_a_point_larger_than_the_budget_still_goes_alone() -> None:
     buffer = Buffer()
     _staged([("x" * 100, T0, 1.0), ("y" * 100, T0 + 1, 2.0)], buffer)
-    cuts = _cut_all(buffer, max_bytes=50, max_points=10)
-    assert [len(c.request.batches) for c in cuts] == [1, 1]
-    assert _delivered(cuts) == _expected([("x" * 100, T0, 1.0), ("y" * 100, T0 + 1, 2.0)])
+    reqs = _cut_all(buffer, max_bytes=50, max_points=10)
+    assert [len(c.batches) for c in reqs] == [1, 1]
+    assert _delivered(reqs) == _expected([("x" * 100, T0, 1.0), ("y" * 100, T0 + 1, 2.0)])
 
 
 
@@ -166,7 +166,7 @@ def test_loose_points_are_cut_as_the_same_requests_as_series_buffers(max_bytes: 
         if spill:  # the general cut, series by series
             buffer._spill_loose()
         return [
-            [(b.key, b.timestamps.tolist(), b.values.tolist()) for b in c.request.batches]
+            [(b.key, b.timestamps.tolist(), b.values.tolist()) for b in c.batches]
             for c in _cut_all(buffer, max_bytes=max_bytes, max_points=max_points)
         ]
 
@@ -176,14 +176,14 @@ def test_loose_points_are_cut_as_the_same_requests_as_series_buffers(max_bytes: 
 def test_a_loose_cut_is_double_batches_whose_columns_are_its_series() -> None:
     buffer = Buffer()
     _staged(_points(5_000, 600, seed=6), buffer)
-    cuts = _cut_all(buffer, max_bytes=10_000, max_points=10**6)
-    assert len(cuts) > 3
-    for c in cuts:
-        batches = c.request.batches
+    reqs = _cut_all(buffer, max_bytes=10_000, max_points=10**6)
+    assert len(reqs) > 3
+    for c in reqs:
+        batches = c.batches
         assert isinstance(batches, DoubleBatches)
         read = list(batches)
         assert len(read) == len(batches) == len(batches.keys)
-        assert c.request.points == batches.points == sum(map(len, read))
+        assert c.points == batches.points == sum(map(len, read))
         assert [b.key for b in read] == batches.keys
         assert np.concatenate([b.timestamps for b in read]).tolist() == batches.timestamps.tolist()
         assert np.concatenate([b.values for b in read]).tolist() == batches.values.tolist()

@@ -1,4 +1,4 @@
-"""The packer: many series per request, long series split, budget kept, cuts deterministic."""
+"""The packer: many series per request, long series split, budget kept, reqs deterministic."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ def _cut(buf: Buffer, final: bool, max_bytes: int = 1 << 20, max_points: int = 1
 def test_many_small_series_share_one_request() -> None:
     buf = Buffer()
     _fill(buf, 1000, 10)
-    cuts = _cut(buf, final=True)
-    assert len(cuts) == 1
-    req = cuts[0].request
+    reqs = _cut(buf, final=True)
+    assert len(reqs) == 1
+    req = reqs[0]
     assert req.points == 10_000 and len(req.batches) == 1000
     assert buf.points == 0 and buf.nbytes == 0
     decoded = decode_request(req.body)
@@ -37,21 +37,24 @@ def test_many_small_series_share_one_request() -> None:
 def test_long_series_is_split_within_the_point_budget_and_order_kept() -> None:
     buf = Buffer()
     _fill(buf, 1, 25_000)
-    cuts = _cut(buf, final=True, max_points=10_000)
-    assert [c.request.points for c in cuts] == [10_000, 10_000, 5_000]
-    assert [c.request.seq for c in cuts] == [0, 1, 2]
-    ts = np.concatenate([c.request.batches[0].timestamps for c in cuts])
+    reqs = _cut(buf, final=True, max_points=10_000)
+    assert [c.points for c in reqs] == [10_000, 10_000, 5_000]
+    assert [c.seq for c in reqs] == [0, 1, 2]
+    ts = np.concatenate([c.batches[0].timestamps for c in reqs])
     assert ts.tolist() == (np.arange(25_000) + 10**18).tolist()
 
 
 def test_byte_budget_bounds_encoded_size() -> None:
     buf = Buffer()
     _fill(buf, 50, 2_000)  # ~2.4 MB estimated
-    cuts = _cut(buf, final=True, max_bytes=256 * 1024)
-    assert len(cuts) > 5
-    assert sum(c.request.points for c in cuts) == 100_000
-    for c in cuts:
-        assert len(c.request.body) <= 256 * 1024
+    buffered = buf.nbytes
+    reqs = _cut(buf, final=True, max_bytes=256 * 1024)
+    assert len(reqs) > 5
+    assert sum(c.points for c in reqs) == 100_000
+    # Each request carries what it took off the buffer's bytes: the budget gets all of it back.
+    assert sum(c.buffered_bytes for c in reqs) == buffered and buf.nbytes == 0
+    for c in reqs:
+        assert len(c.body) <= 256 * 1024
 
 
 def test_not_final_cuts_only_full_requests() -> None:
@@ -60,8 +63,8 @@ def test_not_final_cuts_only_full_requests() -> None:
     assert _cut(buf, final=False) == []
     assert buf.points == 1000
     _fill(buf, 1, 30_000)
-    cuts = _cut(buf, final=False, max_points=10_000)
-    assert all(c.request.points == 10_000 for c in cuts) and cuts
+    reqs = _cut(buf, final=False, max_points=10_000)
+    assert all(c.points == 10_000 for c in reqs) and reqs
     assert buf.points < 10_000
 
 
@@ -71,8 +74,8 @@ def test_cuts_are_deterministic_byte_for_byte() -> None:
         out = []
         for step in range(5):
             _fill(buf, 30, 700 + step)
-            out += [c.request.body for c in _cut(buf, final=False, max_bytes=64 * 1024)]
-        out += [c.request.body for c in _cut(buf, final=True, max_bytes=64 * 1024)]
+            out += [c.body for c in _cut(buf, final=False, max_bytes=64 * 1024)]
+        out += [c.body for c in _cut(buf, final=True, max_bytes=64 * 1024)]
         return out
 
     first, second = run(), run()
@@ -89,25 +92,25 @@ def test_cuts_are_deterministic_byte_for_byte() -> None:
 def test_every_point_in_exactly_one_request_in_order(sizes: list[int], max_points: int, max_kib: int) -> None:
     buf = Buffer()
     expected: dict[str, list[int]] = {}
-    cuts = []
+    reqs = []
     for i, n in enumerate(sizes):
         ch = f"c{i % 7}"  # some series get several chunks
         start = len(expected.setdefault(ch, []))
         ts = np.arange(start, start + n, dtype=np.int64)
         buf.add(SeriesKey(ch), ValueType.DOUBLE, ts, ts.astype(np.float64), 24 * n)
         expected[ch].extend(range(start, start + n))
-        cuts += cut_requests(
-            buf, dataset_rid="ri.x.1", max_bytes=max_kib * 1024, max_points=max_points, final=False, next_seq=len(cuts)
+        reqs += cut_requests(
+            buf, dataset_rid="ri.x.1", max_bytes=max_kib * 1024, max_points=max_points, final=False, next_seq=len(reqs)
         )
-    cuts += cut_requests(
-        buf, dataset_rid="ri.x.1", max_bytes=max_kib * 1024, max_points=max_points, final=True, next_seq=len(cuts)
+    reqs += cut_requests(
+        buf, dataset_rid="ri.x.1", max_bytes=max_kib * 1024, max_points=max_points, final=True, next_seq=len(reqs)
     )
     assert buf.points == 0 and buf.nbytes == 0
     got: dict[str, list[int]] = {}
-    for c in cuts:
-        assert 0 < c.request.points <= max_points
-        for b in c.request.batches:
+    for c in reqs:
+        assert 0 < c.points <= max_points
+        for b in c.batches:
             got.setdefault(b.key.channel, []).extend(b.timestamps.tolist())
             assert b.values.tolist() == [float(t) for t in b.timestamps.tolist()]
     assert got == expected
-    assert [c.request.seq for c in cuts] == list(range(len(cuts)))
+    assert [c.seq for c in reqs] == list(range(len(reqs)))

@@ -1,8 +1,9 @@
-"""PointBatch: every element shape lands in exactly the right per-series chunks, and every bad
+"""PointBatch: every element shape lands in exactly the right per-series batches, and every bad
 element raises having left the batch exactly as it was."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import math
@@ -18,7 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_nominal._pipeline.staging import Chunk, ElementError, PointBatch
+from beam_nominal._pipeline.staging import ElementError, PointBatch
+from beam_nominal._wire.batch import SeriesBatch
 from beam_nominal.errors import SeriesTypeError
 from beam_nominal.model import SeriesKey, ValueType
 
@@ -56,8 +58,8 @@ def _canon(vtype: ValueType, v: Any) -> Any:
     return tuple(v)
 
 
-def _values(chunk: Chunk) -> list[Any]:
-    vt, vals = ValueType(chunk.vtype), chunk.values
+def _values(batch: SeriesBatch) -> list[Any]:
+    vt, vals = ValueType(batch.value_type), batch.values
     if vt.numpy_dtype is not None:
         assert isinstance(vals, np.ndarray) and vals.dtype == vt.numpy_dtype and vals.ndim == 1, (vt, vals)
         return list(vals.tolist())
@@ -71,15 +73,15 @@ def _values(chunk: Chunk) -> list[Any]:
     return list(vals)
 
 
-def series_of(chunks: list[Chunk]) -> Expected:
-    """take()'s chunks merged per series, checking each series' chunks are adjacent."""
+def series_of(taken: list[tuple[SeriesBatch, int]]) -> Expected:
+    """take()'s batches merged per series, checking each series' batches are adjacent."""
     out: Expected = []
-    for c in chunks:
+    for c, nbytes in taken:
         assert isinstance(c.timestamps, np.ndarray) and c.timestamps.dtype == np.int64, c.timestamps
         vals = _values(c)
         assert len(vals) == len(c.timestamps) > 0
-        assert isinstance(c.nbytes, int) and c.nbytes > 0
-        vt = ValueType(c.vtype)
+        assert isinstance(nbytes, int) and nbytes > 0
+        vt = ValueType(c.value_type)
         pts = [(t, _canon(vt, v)) for t, v in zip(c.timestamps.tolist(), vals, strict=True)]
         if out and out[-1][:2] == (c.key.channel, c.key.tags):
             assert out[-1][2] == vt.value, c
@@ -114,9 +116,9 @@ def _raw(v: Any) -> Any:
     return (type(v).__name__, v)
 
 
-def raw(chunks: list[Chunk]) -> list[Any]:
-    """Everything take() gave, chunk boundaries, dtypes and byte estimates included."""
-    return [(c.key, ValueType(c.vtype).value, _raw(c.timestamps), _raw(c.values), c.nbytes) for c in chunks]
+def raw(taken: list[tuple[SeriesBatch, int]]) -> list[Any]:
+    """Everything take() gave, batch boundaries, dtypes and byte estimates included."""
+    return [(c.key, ValueType(c.value_type).value, _raw(c.timestamps), _raw(c.values), n) for c, n in taken]
 
 
 # -- every shape ----------------------------------------------------------------------------------
@@ -365,17 +367,16 @@ def test_series_elements_copy_their_columns() -> None:
 
 
 def test_a_tables_columns_share_one_timestamps_copy_of_their_own() -> None:
-    # One copy per table, not per column: the chunks must not hold the caller's Arrow memory,
+    # One copy per table, not per column: the batches must not hold the caller's Arrow memory,
     # and a column with nulls gets its own (filtered) timestamps.
     ts = pa.array(np.arange(BASE, BASE + 4, dtype=np.int64))
     batch = pa.RecordBatch.from_pydict({"timestamp": ts, "a": [1.0, 2.0, 3.0, 4.0], "b": [5.0, 6.0, 7.0, 8.0]})
     for table in (batch, pa.Table.from_batches([batch, batch])):
-        chunks = PointBatch().table_chunks(table, "timestamp")
-        a, b = (c.timestamps for c in chunks)
+        a, b = (c.timestamps for c, _ in PointBatch().table_batches(table, "timestamp"))
         assert a is b and a.flags.writeable and a.flags.owndata
         assert not np.shares_memory(a, ts.to_numpy())
     with_nulls = pa.RecordBatch.from_pydict({"timestamp": ts, "a": [1.0, None, 3.0, 4.0], "b": [5.0, 6.0, 7.0, 8.0]})
-    a, b = (c.timestamps for c in PointBatch().table_chunks(with_nulls, "timestamp"))
+    a, b = (c.timestamps for c, _ in PointBatch().table_batches(with_nulls, "timestamp"))
     assert a.tolist() == [BASE, BASE + 2, BASE + 3] and b.tolist() == list(range(BASE, BASE + 4))
 
 
@@ -442,25 +443,25 @@ def _every_shape(b: PointBatch) -> None:
             b.add_table(pa.table({"timestamp": [BASE + i], "tbl.x": [float(i)], "tbl.s": [None]}), "timestamp")
 
 
-def test_add_chunk_takes_another_batch_s_chunks_as_they_are() -> None:
+def test_add_batch_takes_another_batch_s_series_batches_as_they_are() -> None:
     src = PointBatch({"site": "a"})
     _every_shape(src)
-    chunks = src.take()
+    taken = src.take()
     dst = PointBatch({"site": "a"})
     _add(dst, "f.0", BASE - 1, -1.0)  # a series dst already has, with the same type
-    dst.add_chunk(Chunk(SeriesKey("empty"), ValueType.STRING, np.array([], dtype=np.int64), [], 0))  # nothing
-    for c in chunks:
-        dst.add_chunk(c)
-    assert dst.points == 1 + sum(len(c.timestamps) for c in chunks)
+    dst.add_batch(SeriesBatch(SeriesKey("empty"), ValueType.STRING, np.array([], dtype=np.int64), []), 0)  # nothing
+    for c, nbytes in taken:
+        dst.add_batch(c, nbytes)
+    assert dst.points == 1 + sum(len(c.timestamps) for c, _ in taken)
     got = dst.take()
     # f.0 first (dst saw it first), its own point then src's; everything else as src gave it.
-    f0 = [c for c in chunks if c.key == SeriesKey("f.0", (("site", "a"),))]
+    f0 = [(c, n) for c, n in taken if c.key == SeriesKey("f.0", (("site", "a"),))]
     assert len(f0) > 1 and raw(got[1 : 1 + len(f0)]) == raw(f0)
     assert series_of(got[:1]) == [("f.0", (("site", "a"),), "double", [(BASE - 1, (-1.0).hex())])]
-    assert raw(got[1 + len(f0) :]) == raw([c for c in chunks if c.key != f0[0].key])
-    # A chunk's series is known afterwards, tags and all.
+    assert raw(got[1 + len(f0) :]) == raw([(c, n) for c, n in taken if c.key != f0[0][0].key])
+    # A batch's series is known afterwards, tags and all.
     dst.add_point("s.0", BASE, "more", {"site": "a", "rig": "r0"})
-    assert [c.key for c in dst.take()] == [SeriesKey("s.0", (("rig", "r0"), ("site", "a")))]
+    assert [c.key for c, _ in dst.take()] == [SeriesKey("s.0", (("rig", "r0"), ("site", "a")))]
 
 
 # -- bad elements ---------------------------------------------------------------------------------
@@ -471,7 +472,7 @@ SKIP = ("timestamp", "tags")
 
 def _prefix(b: PointBatch) -> None:
     """Good elements before the bad one: series pinned by every shape, and something of every
-    kind still pending (single points, rows, settled chunks)."""
+    kind still pending (single points, rows, settled runs)."""
     _add(b, "p.f", BASE, 1.0)
     _add(b, "p.i", BASE, 5)
     _add(b, "p.u", BASE, 2**63)
@@ -574,9 +575,10 @@ BAD: list[tuple[str, Bad, type[Exception], str, str | None]] = [
      "pinned to int64", None),
     ("conflict-table-column", lambda b: b.add_table(_table(**{"n.1": [1.0], "p.f": ["a"]}), "timestamp"),
      SeriesTypeError, "pinned to double", None),
-    # A chunk of another batch with the same tags (b._base: the batch's tags, as its keys carry them).
-    ("conflict-chunk", lambda b: b.add_chunk(Chunk(SeriesKey("p.f", b._base), ValueType.STRING, np.array([T2]),
-                                                   ["a"], 19)), SeriesTypeError, "pinned to double", None),
+    # A series batch of another PointBatch with the same tags (b._base: the batch's tags, as its keys carry them).
+    ("conflict-series-batch", lambda b: b.add_batch(SeriesBatch(SeriesKey("p.f", b._base), ValueType.STRING,
+                                                                np.array([T2]), ["a"]), 19),
+     SeriesTypeError, "pinned to double", None),
     # ints outside their series' range
     ("int-beyond-int64", lambda b: _add(b, "p.i", T2, 2**63), SeriesTypeError, "beyond int64", None),
     ("int-beyond-int64-record", lambda b: b.add_record(T2, {"w.a": 1.0, "w.b": "x", "w.i": 2**63}),
@@ -684,7 +686,7 @@ BAD: list[tuple[str, Bad, type[Exception], str, str | None]] = [
      "1 timestamps but 2 values", "values"),
     ("series-lengths-2d", lambda b: b.add_series("n.1", [T2], np.ones((2, 3))), ElementError,
      "1 timestamps but 2 values", "values"),
-    # ... a known double series given numpy columns (the short path of series_chunks): every
+    # ... a known double series given numpy columns (the short path of series_batches): every
     # case it does not take goes the general way, and fails as there
     ("series-min-timestamp-pinned", lambda b: b.add_series("s.f", np.array([T2, -(2**63)]), np.array([1.0, 2.0])),
      ElementError, "outside the int64", "timestamps"),
@@ -816,7 +818,7 @@ def _digest() -> str:
     return hashlib.sha256(repr(raw(b.take())).encode()).hexdigest()
 
 
-def test_same_elements_give_byte_identical_chunks_whatever_the_hash_seed() -> None:
+def test_same_elements_give_byte_identical_batches_whatever_the_hash_seed() -> None:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     digests = set()
     for seed in ("1", "2", "4242"):
@@ -840,24 +842,24 @@ if __name__ == "__main__":
 @pytest.mark.parametrize(
     "bad",
     [
-        Chunk(SeriesKey("x.bad"), ValueType.DOUBLE, None, None, 0),  # columns that are not columns
-        Chunk(SeriesKey("x.bad", (("k",),)), ValueType.DOUBLE, np.array([BASE]), np.array([1.0]), 24),  # tags
-        Chunk(SeriesKey("x.bad"), "no such type", np.array([BASE]), np.array([1.0]), 24),
+        (SeriesBatch(SeriesKey("x.bad"), ValueType.DOUBLE, None, None), 0),  # columns that are not columns
+        (SeriesBatch(SeriesKey("x.bad", (("k",),)), ValueType.DOUBLE, np.array([BASE]), np.array([1.0])), 24),  # tags
+        (SeriesBatch(SeriesKey("x.bad"), "no such type", np.array([BASE]), np.array([1.0])), 24),
     ],
     ids=["no-columns", "bad-tags", "bad-type"],
 )
-def test_a_chunk_list_with_a_bad_chunk_registers_none_of_its_series(bad: Chunk) -> None:
+def test_a_batch_list_with_a_bad_batch_registers_none_of_its_series(bad: tuple[SeriesBatch, int]) -> None:
     b = PointBatch()
-    good = Chunk(SeriesKey("x.good"), ValueType.DOUBLE, np.array([BASE]), np.array([1.0]), 24)
+    good = (SeriesBatch(SeriesKey("x.good"), ValueType.DOUBLE, np.array([BASE]), np.array([1.0])), 24)
     with pytest.raises((TypeError, ValueError)):
-        b.checked_chunks([good, bad])
+        b.checked_batches([good, bad])
     # Nothing pinned: x.good may still take a string.
     b.add_point("x.good", BASE, "text", None)
     assert_taken(b, [("x.good", (), "string", [(BASE, "text")])])
 
 
-_EMPTY_DA = Chunk(SeriesKey("x"), ValueType.DOUBLE_ARRAY, np.array([BASE + 1]), [np.empty(0)], 28)
-_EMPTY_SA = Chunk(SeriesKey("x"), ValueType.STRING_ARRAY, np.array([BASE + 1]), [()], 28)
+_EMPTY_DA = SeriesBatch(SeriesKey("x"), ValueType.DOUBLE_ARRAY, np.array([BASE + 1]), [np.empty(0)])
+_EMPTY_SA = SeriesBatch(SeriesKey("x"), ValueType.STRING_ARRAY, np.array([BASE + 1]), [()])
 
 
 @pytest.mark.parametrize(
@@ -865,20 +867,21 @@ _EMPTY_SA = Chunk(SeriesKey("x"), ValueType.STRING_ARRAY, np.array([BASE + 1]), 
     [(ValueType.STRING_ARRAY, ["a"], _EMPTY_DA), (ValueType.DOUBLE_ARRAY, [1.5], _EMPTY_SA)],
     ids=["into-string-array", "into-double-array"],
 )
-def test_a_chunk_of_empty_rows_takes_the_array_type_its_series_has(
-    pinned: ValueType, first: list[object], empty: Chunk
+def test_a_batch_of_empty_rows_takes_the_array_type_its_series_has(
+    pinned: ValueType, first: list[object], empty: SeriesBatch
 ) -> None:
     # A one-element batch (cross-bundle batching) types [] as a double array by itself; an
     # empty row fits either array type, so it must not conflict with the series' pin.
     b = PointBatch()
     b.add_point("x", BASE, first, None)
-    b.add_chunk(empty)
-    chunks = [c for c in b.take() if c.key == SeriesKey("x")]
-    assert {c.vtype for c in chunks} == {pinned}
-    assert [t for c in chunks for t in c.timestamps.tolist()] == [BASE, BASE + 1]
-    assert [len(r) for c in chunks for r in c.values] == [1, 0]
+    b.add_batch(empty, 28)
+    taken = [c for c, _ in b.take() if c.key == SeriesKey("x")]
+    assert {c.value_type for c in taken} == {pinned}
+    assert [t for c in taken for t in c.timestamps.tolist()] == [BASE, BASE + 1]
+    assert [len(r) for c in taken for r in c.values] == [1, 0]
     with pytest.raises(SeriesTypeError):  # rows that are not empty still conflict
-        b.add_chunk(empty._replace(values=[np.array([1.0])] if pinned is ValueType.STRING_ARRAY else [("a",)]))
+        rows = [np.array([1.0])] if pinned is ValueType.STRING_ARRAY else [("a",)]
+        b.add_batch(dataclasses.replace(empty, values=rows), 28)
 
 
 _SERIES_VALUES = {
@@ -904,7 +907,7 @@ def test_the_compiled_double_points_settle_exactly_as_the_python_ones(
 ) -> None:
     # _fastpath.DoublePoints holds the single points of double series as C columns; the same
     # points through the Python columns (staging._DoublePoints, where the module is not built)
-    # give the same chunks, to the bit, mixed with points of other types' series.
+    # give the same batches, to the bit, mixed with points of other types' series.
     from beam_nominal._pipeline import staging
 
     assert staging.DoublePoints is not staging._DoublePoints, "the compiled module is not built"
@@ -919,7 +922,8 @@ def test_the_compiled_double_points_settle_exactly_as_the_python_ones(
                 if not batch.add_fast(channel, t, value):
                     batch.add_point(channel, t, value, None)
             return [
-                (c.key, c.vtype, np.asarray(c.timestamps).tolist(), _bits(c.values), c.nbytes) for c in batch.take()
+                (c.key, c.value_type, np.asarray(c.timestamps).tolist(), _bits(c.values), n)
+                for c, n in batch.take()
             ]
         finally:
             staging.DoublePoints = original
@@ -943,7 +947,7 @@ def test_a_none_in_a_double_array_is_refused_not_made_nan(row: Any) -> None:
         batch.add_point("a", _T, row, None)
     assert batch.points == 0
     batch.add_point("a", _T, (1.0, float("nan")), None)  # a NaN given as a float is one
-    assert np.isnan(batch.take()[0].values[0][1])
+    assert np.isnan(batch.take()[0][0].values[0][1])
 
 
 def test_a_null_element_in_an_arrow_double_list_is_refused_not_made_nan() -> None:
@@ -964,7 +968,7 @@ def test_a_masked_array_with_masked_elements_is_refused(part: str) -> None:
         batch.add_series("a", masked if part == "timestamps" else ts, masked if part == "values" else vals)
     assert batch.points == 0
     batch.add_series("a", np.ma.masked_array(ts), np.ma.masked_array(vals))  # nothing masked: as given
-    assert batch.take()[0].values.tolist() == [1.0, 2.0, 3.0]
+    assert batch.take()[0][0].values.tolist() == [1.0, 2.0, 3.0]
 
 
 def test_a_masked_double_array_point_is_refused() -> None:

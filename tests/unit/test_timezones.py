@@ -32,9 +32,9 @@ BERLIN_NS = UTC_NS - 3600 * 10**9  # CET is UTC+1 in January
 
 def _times(b: PointBatch) -> list[int]:
     """Every timestamp the batch holds, in order, of its one series."""
-    chunks = b.take()
-    assert {c.key.channel for c in chunks} == {"c"}
-    return [int(t) for c in chunks for t in c.timestamps]
+    batches = [batch for batch, _ in b.take()]
+    assert {s.key.channel for s in batches} == {"c"}
+    return [int(t) for s in batches for t in s.timestamps]
 
 
 def _naive_text() -> str:
