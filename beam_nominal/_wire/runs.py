@@ -20,7 +20,7 @@ import numpy as np
 from beam_nominal._wire._varint import I64, U8
 from beam_nominal.model import KeyTuple, SeriesKey
 
-__all__ = ["FEW_POINTS", "Column", "by_value", "gather_runs", "key_heads", "lay_out", "pays", "short"]
+__all__ = ["FEW_POINTS", "SHORT_SERIES", "Column", "by_value", "gather_runs", "key_heads", "lay_out", "pays", "short"]
 
 gather_runs: Callable[[Any, I64, I64], bytes] | None
 try:
@@ -30,6 +30,8 @@ except ImportError:  # the pure build
 
 #: Points a record, on average, up to which the pure build's byte index repays laying out.
 FEW_POINTS = 16
+#: Points a series, on average, up to which laying a protobuf request out from columns repays.
+SHORT_SERIES = 64
 
 #: One field of every record: its bytes, each record's run length, and each record's run start
 #: in those bytes (None: the runs follow each other, record by record). Lengths and starts may
@@ -40,10 +42,11 @@ _CHANNEL, _TAGS = itemgetter(0), itemgetter(1)
 
 
 def short(points: int, records: int) -> bool:
-    """``records`` of ``points`` in all are a few points each: laid out from columns, they cost
-    less than one by one, on any build (one by one, a record of many points costs about as much
-    as its points, which the layout copies once more)."""
-    return points <= FEW_POINTS * records
+    """``records`` of ``points`` in all are short series for a protobuf encoder: laid out from
+    columns, they cost less than one by one (whose cost a series repays from about
+    ``SHORT_SERIES`` points on, as it writes a series' points in one pass; in the pure build,
+    from ``FEW_POINTS``, where the layout's gather goes a byte at a time)."""
+    return points <= (SHORT_SERIES if gather_runs is not None else FEW_POINTS) * records
 
 
 def pays(points: int, records: int) -> bool:
