@@ -797,6 +797,10 @@ class NominalStream:
                 if c.full:
                     c.wait_room()
             held = 0 if tags else staged.add_fast(channel, timestamp, value)
+            if 1 < held < c.settle_singles:
+                # Not the first point held: the call that staged the first set first_buffered_at
+                # (only a cut clears it, and a cut takes every point held), so no more to do.
+                return
             if not held:
                 staged.add_point(channel, timestamp, value, tags)
             if c.first_buffered_at is None:

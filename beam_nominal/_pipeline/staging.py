@@ -88,7 +88,8 @@ class _DoublePoints:
     def __init__(self) -> None:
         self.clear()
 
-    def append(self, code: int, timestamp: int, value: Any) -> None:
+    def append(self, code: int, timestamp: int, value: Any) -> int:
+        """Append one point; return the points now held."""
         # Checked before anything is appended; the value as the compiled one's PyFloat_AsDouble
         # takes it (a real number, not a str), by the float array's own append.
         if not -(2**63) <= timestamp < 2**63:
@@ -96,6 +97,7 @@ class _DoublePoints:
         self.values.append(value)
         self.codes.append(code)
         self.ts.append(timestamp)
+        return len(self.codes)
 
     def __len__(self) -> int:
         return len(self.codes)
@@ -314,13 +316,12 @@ class PointBatch:
                 # (ValueError: a channel whose __hash__ raises it; the checked path makes that a
                 # FailedElement, as the compiled WriteDoFn.process does, not a failed bundle)
                 return 0
-            doubles = self.doubles
             if code is None:
                 # A new series (nearly always, over a million series): made here when it can be
                 # lazy, as add_point would make it, saving that call.
-                return len(doubles) if self._new_double(channel, ts, value) else 0
-            doubles.append(code, ts, value)
-            return len(doubles)
+                return len(self.doubles) if self._new_double(channel, ts, value) else 0
+            held: int = self.doubles.append(code, ts, value)  # its new length: no len() call
+            return held
         return 0
 
     def add_point(self, channel: Any, ts: Any, value: Any, tags: Any) -> None:
