@@ -89,10 +89,11 @@ class _DoublePoints:
         self.clear()
 
     def append(self, code: int, timestamp: int, value: Any) -> int:
-        """Append one point; return the points now held."""
+        """Append one point; return the points now held. OverflowError for a timestamp outside
+        -2**63 < timestamp < 2**63 (the low end is not an int64 ns Nominal takes)."""
         # Checked before anything is appended; the value as the compiled one's PyFloat_AsDouble
         # takes it (a real number, not a str), by the float array's own append.
-        if not -(2**63) <= timestamp < 2**63:
+        if not -(2**63) < timestamp < 2**63:
             raise OverflowError(f"timestamp {timestamp} beyond int64")
         self.values.append(value)
         self.codes.append(code)
@@ -307,8 +308,9 @@ class PointBatch:
         points); it makes no series, so a new one's first point goes to the element's reader,
         whose call of this method makes it.
         """
-        # Literals, not module constants: a global lookup costs as much as a comparison.
-        if type(value) is float and type(ts) is int and -9223372036854775808 < ts <= 9223372036854775807:
+        # The timestamp's range is checked by ``doubles.append`` (OverflowError beyond
+        # -2**63 < ts < 2**63, which the checked path then names): it converts ts anyway.
+        if type(value) is float and type(ts) is int:
             try:
                 # get, not [ ]: an unknown channel (each new series) raises no KeyError.
                 code = self.fast.get(channel)
@@ -320,7 +322,10 @@ class PointBatch:
                 # A new series (nearly always, over a million series): made here when it can be
                 # lazy, as add_point would make it, saving that call.
                 return len(self.doubles) if self._new_double(channel, ts, value) else 0
-            held: int = self.doubles.append(code, ts, value)  # its new length: no len() call
+            try:
+                held: int = self.doubles.append(code, ts, value)  # its new length: no len() call
+            except OverflowError:
+                return 0
             return held
         return 0
 
