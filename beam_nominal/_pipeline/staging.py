@@ -308,8 +308,8 @@ class PointBatch:
         points); it makes no series, so a new one's first point goes to the element's reader,
         whose call of this method makes it.
         """
-        # The timestamp's range is checked by ``doubles.append`` (OverflowError beyond
-        # -2**63 < ts < 2**63, which the checked path then names): it converts ts anyway.
+        # A known series' timestamp range is checked by ``doubles.append`` (OverflowError
+        # beyond -2**63 < ts < 2**63, which the checked path then names): it converts ts anyway.
         if type(value) is float and type(ts) is int:
             try:
                 # get, not [ ]: an unknown channel (each new series) raises no KeyError.
@@ -320,7 +320,10 @@ class PointBatch:
                 return 0
             if code is None:
                 # A new series (nearly always, over a million series): made here when it can be
-                # lazy, as add_point would make it, saving that call.
+                # lazy, as add_point would make it, saving that call. A timestamp out of range
+                # goes to the checked path, as for a known series (_new_double would raise).
+                if not -9223372036854775808 < ts <= 9223372036854775807:
+                    return 0
                 return len(self.doubles) if self._new_double(channel, ts, value) else 0
             try:
                 held: int = self.doubles.append(code, ts, value)  # its new length: no len() call
