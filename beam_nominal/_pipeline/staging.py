@@ -301,12 +301,13 @@ class PointBatch:
         nothing else to count); or do nothing and return 0 (the caller then takes the checked
         path, :meth:`add_point`).
 
-        The hot path of the package: three type tests and a dict lookup, and the point goes to
-        ``doubles`` in one append. The compiled ``WriteDoFn.process`` (``_fastpath.c``)
-        applies the same rule to each element shape for a known series (in Python the call
-        costs more than the rule; ``tests/unit/test_fast_path.py`` holds the two to the same
-        points); it makes no series, so a new one's first point goes to the element's reader,
-        whose call of this method makes it.
+        The hot path of the package: two type tests and a dict lookup, and the point goes to
+        ``doubles`` in one append, which checks the timestamp's range. The compiled
+        ``WriteDoFn.process`` (``_fastpath.c``) applies the same rule to each element shape for
+        a known series (in Python the call costs more than the rule;
+        ``tests/unit/test_fast_path.py`` holds the two to the same points); it makes no series,
+        so a new one's first point goes to the element's reader, whose call of this method
+        makes it.
         """
         # A known series' timestamp range is checked by ``doubles.append`` (OverflowError
         # beyond -2**63 < ts < 2**63, which the checked path then names): it converts ts anyway.
