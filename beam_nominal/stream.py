@@ -328,14 +328,12 @@ class Sender:
                 if self.full:
                     self.wait_room()
             staged = self.staged
-            staged.add_typed(channel, timestamp, vtype, value, tags)
+            held = staged.add_typed(channel, timestamp, vtype, value, tags)
             if self.first_buffered_at is None:
                 self.first_buffered_at = self.clock()
-            if (
-                not staged.singles_due(self.settle_singles)
-                and staged.nbytes < self.max_bytes
-                and staged.counted < self.max_points
-            ):
+            # singles_due for the one column the point went to: every write leaves the other
+            # under the limit (or settles both), so it need not be read again.
+            if held < self.settle_singles and staged.nbytes < self.max_bytes and staged.counted < self.max_points:
                 return
             reqs = self.settled()
         finally:

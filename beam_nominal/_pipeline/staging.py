@@ -422,16 +422,20 @@ class PointBatch:
                 by_key[key] = slot
                 untagged[key.channel] = slot
 
-    def _append(self, slot: _Slot, t: int, value: Any) -> None:
-        """A checked point onto ``doubles`` or the flat list (the checked paths' one way there)."""
+    def _append(self, slot: _Slot, t: int, value: Any) -> int:
+        """A checked point onto ``doubles`` or the flat list (the checked paths' one way there);
+        returns the single points that one now holds."""
         if self._rows:
             self._settle_rows()  # rows that came first stay first
         if slot.vtype is _DOUBLE:
-            self.doubles.append(slot.code, t, value)  # where add_fast puts the series' points
+            held: int = self.doubles.append(slot.code, t, value)  # where add_fast puts the series' points
         else:
-            self.flat.extend((slot.code, t, value))
+            flat = self.flat
+            flat.extend((slot.code, t, value))
+            held = len(flat) // 3
         if type(value) is not float:
             self.nbytes += _point_bytes(value)
+        return held
 
     # -- wide records -----------------------------------------------------------------------------
 
@@ -712,8 +716,10 @@ class PointBatch:
             out.append(Chunk(slot.key, slot.vtype, ts, vals, nbytes))
         return out
 
-    def add_typed(self, channel: Any, ts: Any, vtype: ValueType, value: Any, tags: Any = None) -> None:
-        """One point whose value is already converted to ``vtype`` (``enqueue_float_array`` ...)."""
+    def add_typed(self, channel: Any, ts: Any, vtype: ValueType, value: Any, tags: Any = None) -> int:
+        """One point whose value is already converted to ``vtype`` (``enqueue_float_array`` ...);
+        returns the single points now held where it went (``doubles`` or the flat list), what
+        :meth:`singles_due` would compare for that one."""
         if self._lazy_at is not None:
             self._materialize()
         try:
@@ -730,7 +736,7 @@ class PointBatch:
                 self._register(slot, channel, tags)
             elif slot.vtype is not vtype:
                 raise _bad_value(channel, slot, value, vtype.value)
-        self._append(slot, t, value)
+        return self._append(slot, t, value)
 
     def checked_chunks(self, chunks: Sequence[Chunk]) -> list[Chunk]:
         """Chunks already converted (another batch's :meth:`take`), not held (see
