@@ -281,8 +281,9 @@ class Sender:
         return requests
 
     def write(self, add: Callable[..., list[tuple[SeriesBatch, int]] | None], *args: Any) -> None:
-        """Every write but ``enqueue`` (which inlines these steps): backpressure, ``add(*args)``
-        on the staged batch under the lock, then the move into the buffer and the cut when due.
+        """Every write but ``enqueue`` and ``write_typed`` (which inline these steps):
+        backpressure, ``add(*args)`` on the staged batch under the lock, then the move into the
+        buffer and the cut when due.
 
         A column adder (``series_batches``, ``table_batches``) returns its checked (batch, bytes)
         pairs, which go into the buffer at once, so the budget sees them whole; points and rows (adders returning None)
@@ -309,6 +310,30 @@ class Sender:
                 return
             else:
                 reqs = self.settled()
+        finally:
+            lock.release()
+        if reqs:
+            self.submit(reqs)
+
+    def write_typed(self, channel: Any, timestamp: Any, vtype: ValueType, value: Any, tags: Any) -> None:
+        """:meth:`write` of ``staged.add_typed`` (one converted point: an array row, a struct),
+        its steps inlined as ``enqueue`` inlines them: callers make one call a row."""
+        lock = self.lock
+        lock.acquire()
+        try:
+            if self.gate:
+                self.check_open()
+                if self.full:
+                    self.wait_room()
+            staged = self.staged
+            held = staged.add_typed(channel, timestamp, vtype, value, tags)
+            if self.first_buffered_at is None:
+                self.first_buffered_at = self.clock()
+            # singles_due for the one column the point went to: every write leaves the other
+            # under the limit (or settles both), so it need not be read again.
+            if held < self.settle_singles and staged.nbytes < self.max_bytes and staged.counted < self.max_points:
+                return
+            reqs = self.settled()
         finally:
             lock.release()
         if reqs:
@@ -795,6 +820,10 @@ class NominalStream:
                 if c.full:
                     c.wait_room()
             held = 0 if tags else staged.add_fast(channel, timestamp, value)
+            if 1 < held < c.settle_singles:
+                # Not the first point held: the call that staged the first set first_buffered_at
+                # (only a cut clears it, and a cut takes every point held), so no more to do.
+                return
             if not held:
                 staged.add_point(channel, timestamp, value, tags)
             if c.first_buffered_at is None:
@@ -848,21 +877,21 @@ class NominalStream:
         row = _pack_doubles(values)
         if row is None:
             row = _values.float_row(channel, values)
-        self._sender.write(self._sender.staged.add_typed, channel, timestamp, _DOUBLE_ARRAY, row, tags)
+        self._sender.write_typed(channel, timestamp, _DOUBLE_ARRAY, row, tags)
 
     def enqueue_string_array(
         self, channel: str, timestamp: Any, values: Sequence[str], tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one string-array value."""
         row = _values.string_row(channel, values)
-        self._sender.write(self._sender.staged.add_typed, channel, timestamp, _STRING_ARRAY, row, tags)
+        self._sender.write_typed(channel, timestamp, _STRING_ARRAY, row, tags)
 
     def enqueue_struct(
         self, channel: str, timestamp: Any, value: Mapping[str, Any], tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one struct value, stored as compact JSON text with sorted keys."""
         text = _values.struct_json(channel, value)
-        self._sender.write(self._sender.staged.add_typed, channel, timestamp, _STRUCT, text, tags)
+        self._sender.write_typed(channel, timestamp, _STRUCT, text, tags)
 
     def enqueue_table(
         self, table: Any, timestamp_column: str = "timestamp", tags: Mapping[str, str] | None = None

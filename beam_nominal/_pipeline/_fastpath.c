@@ -111,6 +111,10 @@ DoublePoints_append(DoublePoints *self, PyObject *const *args, Py_ssize_t nargs)
     if (t == -1 && PyErr_Occurred()) {
         return NULL;
     }
+    if (t == LLONG_MIN) { /* not an int64 ns Nominal takes (int_ns below) */
+        PyErr_SetString(PyExc_OverflowError, "timestamp -2**63 is not an int64 ns Nominal takes");
+        return NULL;
+    }
     double v = PyFloat_AsDouble(args[2]);
     if (v == -1.0 && PyErr_Occurred()) {
         return NULL;
@@ -118,7 +122,8 @@ DoublePoints_append(DoublePoints *self, PyObject *const *args, Py_ssize_t nargs)
     if (dp_put(self, code, t, v) < 0) {
         return NULL;
     }
-    Py_RETURN_NONE;
+    /* The new length: the caller's hand-over test needs it, and len() would be another call. */
+    return PyLong_FromSsize_t(self->n);
 }
 
 /* (codes, timestamps, values) as bytearrays of int64, int64 and float64 (numpy takes each as
@@ -171,7 +176,8 @@ DoublePoints_dealloc(DoublePoints *self)
 
 static PyMethodDef DoublePoints_methods[] = {
     {"append", (PyCFunction)(void (*)(void))DoublePoints_append, METH_FASTCALL,
-     "append($self, code, timestamp, value, /)\n--\n\nAppend one point: an int code, an int64 ns and a float."},
+     "append($self, code, timestamp, value, /)\n--\n\nAppend one point: an int code, an int64 ns (OverflowError\n"
+     "outside -2**63 < ns < 2**63) and a float; return the points now held."},
     {"columns", (PyCFunction)DoublePoints_columns, METH_NOARGS,
      "columns($self, /)\n--\n\n(codes, timestamps, values): the points as int64, int64 and float64 bytearrays."},
     {"take", (PyCFunction)DoublePoints_take, METH_NOARGS, "take($self, /)\n--\n\ncolumns(), then clear()."},

@@ -91,14 +91,17 @@ class _DoublePoints:
     def __init__(self) -> None:
         self.clear()
 
-    def append(self, code: int, timestamp: int, value: Any) -> None:
+    def append(self, code: int, timestamp: int, value: Any) -> int:
+        """Append one point; return the points now held. OverflowError for a timestamp outside
+        -2**63 < timestamp < 2**63 (the low end is not an int64 ns Nominal takes)."""
         # Checked before anything is appended; the value as the compiled one's PyFloat_AsDouble
         # takes it (a real number, not a str), by the float array's own append.
-        if not -(2**63) <= timestamp < 2**63:
+        if not -(2**63) < timestamp < 2**63:
             raise OverflowError(f"timestamp {timestamp} beyond int64")
         self.values.append(value)
         self.codes.append(code)
         self.ts.append(timestamp)
+        return len(self.codes)
 
     def __len__(self) -> int:
         return len(self.codes)
@@ -292,15 +295,17 @@ class PointBatch:
         nothing else to count); or do nothing and return 0 (the caller then takes the checked
         path, :meth:`add_point`).
 
-        The hot path of the package: three type tests and a lookup in ``float_codes``, and the
-        point goes to ``doubles`` in one append. The compiled ``WriteDoFn.process``
-        (``_fastpath.c``) applies the same rule to each element shape for a known series (in
-        Python the call costs more than the rule; ``tests/unit/test_fast_path.py`` holds the two
-        to the same points); it makes no series, so a new one's first point goes to the
-        element's reader, whose call of this method makes it.
+        The hot path of the package: two type tests and a lookup in ``float_codes``, and the
+        point goes to ``doubles`` in one append, which checks the timestamp's range. The
+        compiled ``WriteDoFn.process`` (``_fastpath.c``) applies the same rule to each element
+        shape for a known series (in Python the call costs more than the rule;
+        ``tests/unit/test_fast_path.py`` holds the two to the same points); it makes no series,
+        so a new one's first point goes to the element's reader, whose call of this method
+        makes it.
         """
-        # Literals, not module constants: a global lookup costs as much as a comparison.
-        if type(value) is float and type(ts) is int and -9223372036854775808 < ts <= 9223372036854775807:
+        # A known series' timestamp range is checked by ``doubles.append`` (OverflowError
+        # beyond -2**63 < ts < 2**63, which the checked path then names): it converts ts anyway.
+        if type(value) is float and type(ts) is int:
             try:
                 # get, not [ ]: an unknown channel (each new series) raises no KeyError.
                 code = self.float_codes.get(channel)
@@ -308,13 +313,18 @@ class PointBatch:
                 # (ValueError: a channel whose __hash__ raises it; the checked path makes that a
                 # FailedElement, as the compiled WriteDoFn.process does, not a failed bundle)
                 return 0
-            doubles = self.doubles
             if code is None:
                 # A new series (nearly always, over a million series): made here when it can be
-                # lazy, as add_point would make it, saving that call.
-                return len(doubles) if self._new_double(channel, ts, value) else 0
-            doubles.append(code, ts, value)
-            return len(doubles)
+                # lazy, as add_point would make it, saving that call. A timestamp out of range
+                # goes to the checked path, as for a known series (_new_double would raise).
+                if not -9223372036854775808 < ts <= 9223372036854775807:
+                    return 0
+                return len(self.doubles) if self._new_double(channel, ts, value) else 0
+            try:
+                held: int = self.doubles.append(code, ts, value)  # its new length: no len() call
+            except OverflowError:
+                return 0
+            return held
         return 0
 
     def add_point(self, channel: Any, ts: Any, value: Any, tags: Any) -> None:
@@ -406,16 +416,20 @@ class PointBatch:
                 by_key[key] = slot
                 untagged[key.channel] = slot
 
-    def _append(self, slot: _Slot, t: int, value: Any) -> None:
-        """A checked point onto ``doubles`` or the flat list (the checked paths' one way there)."""
+    def _append(self, slot: _Slot, t: int, value: Any) -> int:
+        """A checked point onto ``doubles`` or the flat list (the checked paths' one way there);
+        returns the single points that one now holds."""
         if self._rows:
             self._settle_rows()  # rows that came first stay first
         if slot.vtype is _DOUBLE:
-            self.doubles.append(slot.code, t, value)  # where add_fast puts the series' points
+            held: int = self.doubles.append(slot.code, t, value)  # where add_fast puts the series' points
         else:
-            self.flat.extend((slot.code, t, value))
+            flat = self.flat
+            flat.extend((slot.code, t, value))
+            held = len(flat) // 3
         if type(value) is not float:
             self.nbytes += _point_bytes(value)
+        return held
 
     # -- wide records -----------------------------------------------------------------------------
 
@@ -699,8 +713,10 @@ class PointBatch:
             out.append((new_batch(slot.key, slot.vtype, ts, vals), nbytes))
         return out
 
-    def add_typed(self, channel: Any, ts: Any, vtype: ValueType, value: Any, tags: Any = None) -> None:
-        """One point whose value is already converted to ``vtype`` (``enqueue_float_array`` ...)."""
+    def add_typed(self, channel: Any, ts: Any, vtype: ValueType, value: Any, tags: Any = None) -> int:
+        """One point whose value is already converted to ``vtype`` (``enqueue_float_array`` ...);
+        returns the single points now held where it went (``doubles`` or the flat list), what
+        :meth:`singles_due` would compare for that one."""
         if self._lazy_at is not None:
             self._materialize()
         try:
@@ -717,7 +733,7 @@ class PointBatch:
                 self._register(slot, channel, tags)
             elif slot.vtype is not vtype:
                 raise _bad_value(channel, slot, value, vtype.value)
-        self._append(slot, t, value)
+        return self._append(slot, t, value)
 
     def checked_batches(self, batches: Sequence[tuple[SeriesBatch, int]]) -> list[tuple[SeriesBatch, int]]:
         """(batch, bytes) pairs already converted (another batch's :meth:`take`), not held (see

@@ -14,6 +14,7 @@ and normalised here, to the form ``SeriesBatch`` holds (see ``_wire/batch.py``).
 
 from __future__ import annotations
 
+import itertools
 import json
 import operator
 import struct
@@ -181,7 +182,7 @@ def type_name(value: Any) -> str:
         return type(value).__name__
 
 
-def text_bytes(texts: Sequence[str]) -> int:
+def text_bytes(texts: Iterable[str]) -> int:
     """UTF-8 bytes of some strings: their length when ASCII (one C pass), else encoded."""
     joined = "".join(texts)
     return len(joined) if joined.isascii() else len(joined.encode("utf-8", "surrogatepass"))
@@ -196,7 +197,9 @@ def value_bytes(vtype: ValueType, values: Any) -> int:
         doubles = values.size if isinstance(values, np.ndarray) else sum(map(len, values))
         return doubles * DOUBLE_BYTES + ARRAY_ROW_BYTES * len(values)
     if vtype is ValueType.STRING_ARRAY:
-        return sum(text_bytes(r) + STRING_ITEM_BYTES * len(r) for r in values) + ARRAY_ROW_BYTES * len(values)
+        # One join over every row's strings: a text_bytes call per row cost more than its row.
+        texts = text_bytes(itertools.chain.from_iterable(values))
+        return texts + STRING_ITEM_BYTES * sum(map(len, values)) + ARRAY_ROW_BYTES * len(values)
     return FIXED_VALUE_BYTES[vtype] * len(values)
 
 
@@ -213,12 +216,16 @@ def float_rows(channel: str, rows: Any) -> tuple[list[npt.NDArray[np.float64]], 
     return out, value_bytes(ValueType.DOUBLE_ARRAY, out)
 
 
+_BYTES_ONLY = {bytes}
+
+
 def double_rows_column(rows: list[Any]) -> Any:
     """A tail of double-array rows as a column: one (rows, width) float64 matrix when every row
     is a :func:`float_row` of one width (the common case of ``enqueue_float_array`` with lists:
     one join instead of an ndarray per row, and the encoders take the matrix in one piece), else
     a list of 1-D float64 arrays, as ``SeriesBatch`` also allows."""
-    if rows and all(type(r) is bytes for r in rows) and len(set(map(len, rows))) == 1:
+    # Types and lengths tested in C passes over the rows, not a generator step a row.
+    if rows and set(map(type, rows)) == _BYTES_ONLY and len(set(map(len, rows))) == 1:
         size = len(rows[0])
         if size:
             matrix = blocks.empty(len(rows) * (size // 8), np.float64)

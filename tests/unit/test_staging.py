@@ -931,6 +931,19 @@ def test_the_compiled_double_points_settle_exactly_as_the_python_ones(
     assert take(staging.DoublePoints) == take(staging._DoublePoints)
 
 
+@pytest.mark.compiled
+def test_double_points_append_returns_the_points_held_compiled_and_python() -> None:
+    # add_fast returns what append returns as the count its caller compares with its hand-over
+    # limit: both columns must count alike.
+    from beam_nominal._pipeline import staging
+
+    for columns in (staging.DoublePoints, staging._DoublePoints):
+        points = columns()
+        assert [points.append(7, _T + k, 0.5) for k in range(3)] == [1, 2, 3]
+        points.take()
+        assert points.append(7, _T, 0.5) == 1
+
+
 def _bits(values: object) -> object:
     if isinstance(values, np.ndarray) and values.dtype == np.float64:
         return values.view(np.uint64).tolist()  # NaN payloads and -0.0 compared exactly

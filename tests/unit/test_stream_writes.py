@@ -176,3 +176,25 @@ def test_pack_doubles_is_float_row_for_a_list_of_floats_and_takes_nothing_else(r
         assert type(packed) is bytes
     else:
         assert packed is None
+
+
+def test_single_points_move_into_the_buffer_when_doubles_or_other_values_reach_the_settle_limit() -> None:
+    # Single points are held in two columns (doubles; every other value) until one of them
+    # holds settle_singles points: then everything held moves into the buffer, whichever
+    # write (enqueue, an array write) brought that column to the limit.
+    target = RecordingTarget()
+    with NominalStream(target, dataset_rid="ri.x.settle", linger=None) as s:
+        sender = s._sender
+        limit = sender.settle_singles
+        for k in range(limit - 1):
+            s.enqueue("d", 1_000 + k, 0.5)
+            s.enqueue_string_array("sa", 1_000 + k, ["x"])
+        assert sender.staged.points == 2 * (limit - 1) and sender.buffer.points == 0
+        s.enqueue_float_array("fa", 1_000, [1.0])  # the other values' limit-th point
+        assert sender.staged.points == 0 and sender.buffer.points == 2 * limit - 1
+        for k in range(limit - 1):
+            s.enqueue_float_array("fa", 2_000 + k, [1.0])
+            s.enqueue("d", 2_000 + k, 0.5)
+        assert sender.staged.points == 2 * (limit - 1)
+        s.enqueue("d", 3_000_000, 0.5)  # the doubles' limit-th point
+        assert sender.staged.points == 0
