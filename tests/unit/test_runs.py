@@ -5,6 +5,9 @@ path writes for the same series, whatever the names' and series' lengths (varint
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -124,3 +127,61 @@ def test_what_the_column_path_does_not_take_goes_series_by_series(case: str) -> 
     if case == "tagged":
         db.keys[1] = SeriesKey.of("bb", {"rig": "A"})
     _assert_wires_equal(db, taken=False)
+
+
+def _outcome(encoder: Callable[..., Any], *args: Any) -> object:
+    """The bytes ``encoder(*args)`` makes, or its error's type and message."""
+    try:
+        return bytes(encoder(*args))
+    except (TypeError, ValueError) as exc:
+        return type(exc), str(exc)
+
+
+def _assert_wires_agree(db: DoubleBatches) -> None:
+    """Each wire writes ``db`` as it writes its series one by one, or refuses it alike."""
+    row = write_nominal.encode_write_nominal
+    assert _outcome(row, db) == _outcome(row, list(db))
+    for layout in LAYOUTS:
+        columns = encode.encode_columns
+        assert _outcome(columns, layout, "ri.x", db) == _outcome(columns, layout, "ri.x", list(db))
+
+
+_TS = np.array([1, 2, 3, 4], np.int64)
+_VALUES = np.array([1.5, 2.5, 3.5, 4.5])
+
+
+@pytest.mark.parametrize(
+    ("timestamps", "values"),
+    [
+        (_TS.astype(np.uint64), _VALUES),  # converted: every one fits int64
+        (np.array([1, 2, 3, 2**63 + 5], np.uint64), _VALUES),
+        (_TS.astype(np.float64), _VALUES),
+        (_TS.astype("datetime64[ns]"), _VALUES),
+        (_TS.tolist(), _VALUES),
+        (_TS, _VALUES + 1j),
+        (_TS, _VALUES.astype(object)),
+        (_TS, np.array(["1.5", "2.5", "3.5", "4.5"], object)),
+        (_TS, np.array(["1.5", "2.5", "3.5", "4.5"])),
+        (_TS, _VALUES.reshape(4, 1)),
+    ],
+    ids=["uint64", "uint64-over-int64", "float-ns", "datetime64", "list-ns", "complex", "object", "object-text",
+         "text", "2-D"],
+)
+def test_columns_other_than_int64_and_float64_go_series_by_series(timestamps: object, values: object) -> None:
+    # That path converts what it can exactly and names the batch of what it cannot: the column
+    # path neither casts a value (a complex's imaginary part dropped, a text parsed) nor fails
+    # unnamed inside numpy.
+    db = DoubleBatches([("a", ()), ("bb", ()), ("ccc", ())], np.array([1, 2, 1], np.int64), timestamps, values)  # type: ignore[arg-type]
+    assert write_nominal._double_series(db) is None
+    assert all(encode._double_columns(layout, db) is None for layout in LAYOUTS)
+    _assert_wires_agree(db)
+
+
+@pytest.mark.parametrize("tags", [None, np.array([["rig", "A"]])], ids=["none", "array"])
+def test_tags_other_than_a_tuple_go_series_by_series(tags: object) -> None:
+    # None is no tags to the column path's test of truth, and an array has no truth value: that
+    # path refuses the one and writes the other's tags.
+    db = _batches(["a", "bb", "ccc"], [1, 2, 1], 3)
+    db.keys[0] = ("a", tags)  # type: ignore[assignment]
+    assert write_nominal._double_series(db) is None
+    _assert_wires_agree(db)
