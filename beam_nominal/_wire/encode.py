@@ -372,7 +372,9 @@ def _len_field(tag: bytes, body_len: int) -> bytes:
 
 
 def _string_field(tag: bytes, text: str) -> bytes:
-    raw = text.encode("utf-8")
+    # The text itself, as the layouts from columns join it: a str subclass's own encode is not
+    # asked (nor, through the key cache, would it be for a key equal to one seen before).
+    raw = str.encode(text, "utf-8")
     return tag + varint_bytes(len(raw)) + raw
 
 

@@ -185,3 +185,30 @@ def test_tags_other_than_a_tuple_go_series_by_series(tags: object) -> None:
     db.keys[0] = ("a", tags)  # type: ignore[assignment]
     assert write_nominal._double_series(db) is None
     _assert_wires_agree(db)
+
+
+class _Marked(str):
+    """A str whose own ``encode`` and ``__len__`` say other than its text."""
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return b"X" + str.encode(self, encoding, errors)
+
+    def __len__(self) -> int:
+        return 99
+
+
+def test_a_str_subclass_channel_is_written_as_its_text_on_every_path() -> None:
+    # Its own encode is not asked: the column path joins the text, and so the series-by-series
+    # path (whose key cache would otherwise answer for an equal plain str with other bytes).
+    names = [_Marked("marked.channel.one"), "bb"]
+    db = _batches(names, [1, 2], 5)
+    plain = _batches([str.__str__(n) for n in names], [1, 2], 5)
+    assert write_nominal._double_series(db) is not None
+    for session in (None, _Marked("session")):
+        written = write_nominal.encode_write_nominal(plain, session and str.__str__(session))
+        assert write_nominal.encode_write_nominal(db, session) == written
+        assert write_nominal.encode_write_nominal(list(db), session) == written
+    for layout in LAYOUTS:
+        written = encode.encode_columns(layout, "ri.x", plain)
+        assert encode.encode_columns(layout, _Marked("ri.x"), db) == written
+        assert encode.encode_columns(layout, "ri.x", list(db)) == written
