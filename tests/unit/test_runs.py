@@ -212,3 +212,19 @@ def test_a_str_subclass_channel_is_written_as_its_text_on_every_path() -> None:
         written = encode.encode_columns(layout, "ri.x", plain)
         assert encode.encode_columns(layout, _Marked("ri.x"), db) == written
         assert encode.encode_columns(layout, "ri.x", list(db)) == written
+
+
+def test_edge_columns_encode_as_series_by_series() -> None:
+    # Timestamps at both ends of their range, NaNs of any payload, -0.0, subnormals and
+    # infinities, reversed and strided views, SeriesKey and tuple keys, empty series, and names
+    # either side of a varint size and of MAX_NAME_CHARS (over it: series by series).
+    bits = [0x7FF0000000000001, 0xFFF8000000000000, 0x7FF8DEAD0000BEEF, 0x8000000000000000, 1, 0x7FF0000000000000]
+    specials = np.array(bits, np.uint64).view(np.float64)
+    for names, taken in ((["a", "b" * 127, "c" * 128, "d" * 1024, "e" * 9], True), (["a", "f" * 1025], False)):
+        counts = np.array([3, 0, 1, 4, 2][: len(names)], np.int64)
+        total = int(counts.sum())
+        ts = np.zeros(2 * total, np.int64)
+        ts[::2] = [0, 2**63 - 1, 1, 10**9, 10**9 - 1, 2**35 * 10**8, 7, 2**62, 3, 5][:total]
+        vals = np.resize(specials, 2 * total)[::-1]
+        keys = [SeriesKey(n, ()) if k % 2 else (n, ()) for k, n in enumerate(names)]
+        _assert_wires_equal(DoubleBatches(keys, counts, ts[::2], vals[::2]), taken=taken)  # type: ignore[arg-type]
