@@ -79,6 +79,8 @@ class DoubleBatches(Sequence[SeriesBatch]):
                 f"{len(keys)} keys, {len(counts)} counts summing to {int(counts.sum())}, "
                 f"{len(timestamps)} timestamps and {len(values)} values do not match"
             )
+        if len(counts) and int(counts.min()) < 0:
+            raise ValueError(f"a negative point count ({int(counts.min())}) in the counts of {len(keys)} series")
         self.keys = keys
         self.counts = counts
         #: Where each series' points start in the columns.

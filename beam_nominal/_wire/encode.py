@@ -372,7 +372,9 @@ def _len_field(tag: bytes, body_len: int) -> bytes:
 
 
 def _string_field(tag: bytes, text: str) -> bytes:
-    raw = text.encode("utf-8")
+    # The text itself, as the layouts from columns join it: a str subclass's own encode is not
+    # asked (nor, through the key cache, would it be for a key equal to one seen before).
+    raw = str.encode(text, "utf-8")
     return tag + varint_bytes(len(raw)) + raw
 
 
@@ -804,11 +806,13 @@ def encode_columns(
 def _double_columns(layout: ColumnLayout, batches: DoubleBatches) -> memoryview | None:
     """The batch messages of many double series laid out from their columns
     (``runs.lay_out``), as the series-by-series path writes them. None, having made nothing,
-    where a key has tags or a channel that is not ASCII, or a timestamp is before 1970: that
-    path takes those."""
-    heads = runs.key_heads(batches.keys, _encode_key)
+    where a key has tags or a channel that is not ASCII, a column is not an int64 or float64
+    array, or a timestamp is before 1970: that path takes those."""
     ts, vals, counts = batches.timestamps, batches.values, batches.counts
-    if heads is None or int(ts.min()) < 0:
+    if not runs.plain(ts, vals) or int(ts.min()) < 0:
+        return None
+    heads = runs.key_heads(batches.keys, _encode_key)
+    if heads is None:
         return None
     head_columns, head_lens = heads
     framings, framing_lens, framing_at = runs.by_value(

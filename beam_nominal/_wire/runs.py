@@ -20,7 +20,9 @@ import numpy as np
 from beam_nominal._wire._varint import I64, U8
 from beam_nominal.model import KeyTuple, SeriesKey
 
-__all__ = ["FEW_POINTS", "SHORT_SERIES", "Column", "by_value", "gather_runs", "key_heads", "lay_out", "pays", "short"]
+__all__ = [
+    "FEW_POINTS", "SHORT_SERIES", "Column", "by_value", "gather_runs", "key_heads", "lay_out", "pays", "plain", "short"
+]
 
 gather_runs: Callable[[Any, I64, I64], bytes] | None
 try:
@@ -39,6 +41,8 @@ SHORT_SERIES = 64
 Column = tuple[Any, Any, Any]
 
 _CHANNEL, _TAGS = itemgetter(0), itemgetter(1)
+_I8, _F8 = np.dtype(np.int64), np.dtype("<f8")
+_NO_TAGS = {()}
 
 
 def short(points: int, records: int) -> bool:
@@ -54,6 +58,16 @@ def pays(points: int, records: int) -> bool:
     one by one: always where ``gather_runs`` copies each run whole; in the pure build, whose
     numpy gather goes a byte at a time, for short records only."""
     return gather_runs is not None or short(points, records)
+
+
+def plain(timestamps: Any, values: Any) -> bool:
+    """The columns are 1-D arrays of int64 and of float64, as the packer cuts them: what a layout
+    writes as it is. Any other goes by an encoder's series-by-series path, which converts what
+    converts exactly and names the batch of what does not."""
+    return (
+        type(timestamps) is np.ndarray and timestamps.dtype == _I8 and timestamps.ndim == 1
+        and type(values) is np.ndarray and values.dtype == _F8 and values.ndim == 1
+    )
 
 
 def lay_out(columns: Sequence[Column], n: int) -> memoryview:
@@ -91,11 +105,13 @@ def lay_out(columns: Sequence[Column], n: int) -> memoryview:
 
 def key_heads(keys: Sequence[KeyTuple], encode: Callable[[SeriesKey], bytes]) -> tuple[list[Column], I64] | None:
     """The columns of each key's bytes as ``encode`` writes them, and each key's size, for keys
-    of ASCII channels without tags: a channel's bytes are its name after a prefix that depends
-    on the name's length only, which ``encode`` makes once per length (two columns: prefixes,
-    names). None, having made nothing, for any other key (the caller encodes those one by one)."""
+    of ASCII channels without tags (tags ``()``): a channel's bytes are its name after a prefix
+    that depends on the name's length only, which ``encode`` makes once per length (two columns:
+    prefixes, names). None, having made nothing, for any other key (the caller encodes those one
+    by one)."""
     try:
-        if any(map(_TAGS, keys)):
+        # Equal to (), not only false: None or an array of pairs is for that path to name.
+        if set(map(_TAGS, keys)) != _NO_TAGS:
             return None
         names = list(map(_CHANNEL, keys))
         joined = "".join(names)

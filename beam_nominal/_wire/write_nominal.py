@@ -538,10 +538,13 @@ def _body_parts(batches: Sequence[SeriesBatch], session_name: str | None) -> tup
 def _double_series(batches: DoubleBatches) -> memoryview | None:
     """The ``Series`` of many double series laid out from their columns (``runs.lay_out``), as
     the series-by-series path writes them. None, having made nothing, where a key has tags or a
-    channel that is not ASCII, or a timestamp is before 1970: that path takes those."""
-    heads = runs.key_heads(batches.keys, _encode_series_key)
+    channel that is not ASCII, a column is not an int64 or float64 array, or a timestamp is
+    before 1970: that path takes those."""
     ts, vals, counts = batches.timestamps, batches.values, batches.counts
-    if heads is None or int(ts.min()) < 0:
+    if not runs.plain(ts, vals) or int(ts.min()) < 0:
+        return None
+    heads = runs.key_heads(batches.keys, _encode_series_key)
+    if heads is None:
         return None
     head_columns, head_lens = heads
     points = _double_points(ts, TIMESTAMP_BYTES, vals, _Matrices())

@@ -473,7 +473,12 @@ def encode_records(
         BatchError: wrapping NotRepresentable (a value Avro cannot hold), ValueError, TypeError
             or UnicodeEncodeError (a malformed batch), with the batch's index.
     """
-    if isinstance(batches, DoubleBatches) and batches.points and runs.pays(batches.points, len(batches)):
+    if (
+        isinstance(batches, DoubleBatches) and batches.points and runs.pays(batches.points, len(batches))
+        and runs.plain(batches.timestamps, batches.values) and batches.counts.all()
+    ):
+        # The layout writes a record for every key, from int64 and float64 columns: an empty
+        # series (no record) or other columns are the record-by-record path's to write or refuse.
         done = _double_layout(batches.keys, batches.counts, batches.timestamps, batches.values)
         if done is not None:
             return done

@@ -12,7 +12,7 @@ import pytest
 from beam_nominal._wire.batch import DoubleBatches, SeriesBatch
 from beam_nominal.model import SeriesKey, ValueType
 from beam_nominal.targets import _avro_block
-from beam_nominal.targets._avro_block import encode_records
+from beam_nominal.targets._avro_block import BatchError, encode_records
 
 
 def _batches(seed: int, n: int, tagged: bool = False) -> list[SeriesBatch]:
@@ -154,3 +154,33 @@ def test_a_channel_whose_len_is_not_its_text_is_laid_out_as_its_text() -> None:
     data, records, points = encode_records(columns, "long")
     assert (records, points) == (2, 2)
     assert bytes(data) == _record_by_record(list(columns))
+
+
+def _outcome(batches: object) -> object:
+    try:
+        data, records, points = encode_records(batches, "long")  # type: ignore[arg-type]
+    except (BatchError, TypeError, ValueError) as exc:
+        return type(exc), str(exc)
+    return bytes(data), records, points
+
+
+@pytest.mark.parametrize(
+    ("counts", "timestamps", "values"),
+    [
+        ([1, 0, 3], np.array([1, 2, 3, 4], np.int64), np.arange(4.0)),  # an empty series: no record
+        ([0, 0, 4], np.array([5, 1, 2**40, 3], np.int64), np.arange(4.0)),
+        ([1, 2, 1], np.array([1, 2, 3, 2**63 + 5], np.uint64), np.arange(4.0)),
+        ([1, 2, 1], np.array([1.0, 2.0, 3.0, 4.0]), np.arange(4.0)),
+        ([1, 2, 1], [1, 2, 3, 4], np.arange(4.0)),
+        ([1, 2, 1], np.array([1, 2, 3, 4], np.int64), np.arange(4.0).reshape(4, 1)),
+    ],
+    ids=["empty-series", "empty-series-wide-timestamps", "uint64-over-int64", "float-ns", "list-ns", "2-D"],
+)
+def test_double_batches_the_layout_does_not_take_are_written_record_by_record(
+    counts: list[int], timestamps: object, values: object
+) -> None:
+    # The layout writes a record for each key and its columns as int64 and float64: an empty
+    # series or other columns are the record-by-record path's to write or refuse.
+    keys: list[tuple[str, tuple[tuple[str, str], ...]]] = [("a", ()), ("bb", ()), ("ccc", ())]
+    columns = DoubleBatches(keys, np.array(counts, np.int64), timestamps, values)  # type: ignore[arg-type]
+    assert _outcome(columns) == _outcome(list(columns))

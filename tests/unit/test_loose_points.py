@@ -201,3 +201,11 @@ def test_double_batches_refuse_columns_that_do_not_match_their_counts() -> None:
         DoubleBatches([SeriesKey("a"), SeriesKey("b")], np.array([2, 2]), ts, np.ones(5))
     with pytest.raises(ValueError, match="do not match"):
         DoubleBatches([SeriesKey("a")], np.array([5]), ts, np.ones(4))
+
+
+def test_double_batches_refuse_a_negative_count() -> None:
+    # Counts summing to the points would otherwise pass, and each series read a run of another's
+    # points (series "a" the first four here, "b" none).
+    ts = np.arange(5, dtype=np.int64)
+    with pytest.raises(ValueError, match="negative"):
+        DoubleBatches([SeriesKey("a"), SeriesKey("b"), SeriesKey("c")], np.array([-1, 4, 2]), ts, np.ones(5))

@@ -5,6 +5,9 @@ path writes for the same series, whatever the names' and series' lengths (varint
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -124,3 +127,104 @@ def test_what_the_column_path_does_not_take_goes_series_by_series(case: str) -> 
     if case == "tagged":
         db.keys[1] = SeriesKey.of("bb", {"rig": "A"})
     _assert_wires_equal(db, taken=False)
+
+
+def _outcome(encoder: Callable[..., Any], *args: Any) -> object:
+    """The bytes ``encoder(*args)`` makes, or its error's type and message."""
+    try:
+        return bytes(encoder(*args))
+    except (TypeError, ValueError) as exc:
+        return type(exc), str(exc)
+
+
+def _assert_wires_agree(db: DoubleBatches) -> None:
+    """Each wire writes ``db`` as it writes its series one by one, or refuses it alike."""
+    row = write_nominal.encode_write_nominal
+    assert _outcome(row, db) == _outcome(row, list(db))
+    for layout in LAYOUTS:
+        columns = encode.encode_columns
+        assert _outcome(columns, layout, "ri.x", db) == _outcome(columns, layout, "ri.x", list(db))
+
+
+_TS = np.array([1, 2, 3, 4], np.int64)
+_VALUES = np.array([1.5, 2.5, 3.5, 4.5])
+
+
+@pytest.mark.parametrize(
+    ("timestamps", "values"),
+    [
+        (_TS.astype(np.uint64), _VALUES),  # converted: every one fits int64
+        (np.array([1, 2, 3, 2**63 + 5], np.uint64), _VALUES),
+        (_TS.astype(np.float64), _VALUES),
+        (_TS.astype("datetime64[ns]"), _VALUES),
+        (_TS.tolist(), _VALUES),
+        (_TS, _VALUES + 1j),
+        (_TS, _VALUES.astype(object)),
+        (_TS, np.array(["1.5", "2.5", "3.5", "4.5"], object)),
+        (_TS, np.array(["1.5", "2.5", "3.5", "4.5"])),
+        (_TS, _VALUES.reshape(4, 1)),
+    ],
+    ids=["uint64", "uint64-over-int64", "float-ns", "datetime64", "list-ns", "complex", "object", "object-text",
+         "text", "2-D"],
+)
+def test_columns_other_than_int64_and_float64_go_series_by_series(timestamps: object, values: object) -> None:
+    # That path converts what it can exactly and names the batch of what it cannot: the column
+    # path neither casts a value (a complex's imaginary part dropped, a text parsed) nor fails
+    # unnamed inside numpy.
+    db = DoubleBatches([("a", ()), ("bb", ()), ("ccc", ())], np.array([1, 2, 1], np.int64), timestamps, values)  # type: ignore[arg-type]
+    assert write_nominal._double_series(db) is None
+    assert all(encode._double_columns(layout, db) is None for layout in LAYOUTS)
+    _assert_wires_agree(db)
+
+
+@pytest.mark.parametrize("tags", [None, np.array([["rig", "A"]])], ids=["none", "array"])
+def test_tags_other_than_a_tuple_go_series_by_series(tags: object) -> None:
+    # None is no tags to the column path's test of truth, and an array has no truth value: that
+    # path refuses the one and writes the other's tags.
+    db = _batches(["a", "bb", "ccc"], [1, 2, 1], 3)
+    db.keys[0] = ("a", tags)  # type: ignore[assignment]
+    assert write_nominal._double_series(db) is None
+    _assert_wires_agree(db)
+
+
+class _Marked(str):
+    """A str whose own ``encode`` and ``__len__`` say other than its text."""
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return b"X" + str.encode(self, encoding, errors)
+
+    def __len__(self) -> int:
+        return 99
+
+
+def test_a_str_subclass_channel_is_written_as_its_text_on_every_path() -> None:
+    # Its own encode is not asked: the column path joins the text, and so the series-by-series
+    # path (whose key cache would otherwise answer for an equal plain str with other bytes).
+    names = [_Marked("marked.channel.one"), "bb"]
+    db = _batches(names, [1, 2], 5)
+    plain = _batches([str.__str__(n) for n in names], [1, 2], 5)
+    assert write_nominal._double_series(db) is not None
+    for session in (None, _Marked("session")):
+        written = write_nominal.encode_write_nominal(plain, session and str.__str__(session))
+        assert write_nominal.encode_write_nominal(db, session) == written
+        assert write_nominal.encode_write_nominal(list(db), session) == written
+    for layout in LAYOUTS:
+        written = encode.encode_columns(layout, "ri.x", plain)
+        assert encode.encode_columns(layout, _Marked("ri.x"), db) == written
+        assert encode.encode_columns(layout, "ri.x", list(db)) == written
+
+
+def test_edge_columns_encode_as_series_by_series() -> None:
+    # Timestamps at both ends of their range, NaNs of any payload, -0.0, subnormals and
+    # infinities, reversed and strided views, SeriesKey and tuple keys, empty series, and names
+    # either side of a varint size and of MAX_NAME_CHARS (over it: series by series).
+    bits = [0x7FF0000000000001, 0xFFF8000000000000, 0x7FF8DEAD0000BEEF, 0x8000000000000000, 1, 0x7FF0000000000000]
+    specials = np.array(bits, np.uint64).view(np.float64)
+    for names, taken in ((["a", "b" * 127, "c" * 128, "d" * 1024, "e" * 9], True), (["a", "f" * 1025], False)):
+        counts = np.array([3, 0, 1, 4, 2][: len(names)], np.int64)
+        total = int(counts.sum())
+        ts = np.zeros(2 * total, np.int64)
+        ts[::2] = [0, 2**63 - 1, 1, 10**9, 10**9 - 1, 2**35 * 10**8, 7, 2**62, 3, 5][:total]
+        vals = np.resize(specials, 2 * total)[::-1]
+        keys = [SeriesKey(n, ()) if k % 2 else (n, ()) for k, n in enumerate(names)]
+        _assert_wires_equal(DoubleBatches(keys, counts, ts[::2], vals[::2]), taken=taken)  # type: ignore[arg-type]
