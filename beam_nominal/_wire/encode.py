@@ -808,12 +808,10 @@ def _double_columns(layout: ColumnLayout, batches: DoubleBatches) -> memoryview 
     (``runs.lay_out``), as the series-by-series path writes them. None, having made nothing,
     where a key has tags or a channel that is not ASCII, a column is not an int64 or float64
     array, or a timestamp is before 1970: that path takes those."""
-    ts, vals, counts = batches.timestamps, batches.values, batches.counts
-    if not runs.plain(ts, vals) or int(ts.min()) < 0:
-        return None
-    heads = runs.key_heads(batches.keys, _encode_key)
+    heads = runs.double_heads(batches, _encode_key)
     if heads is None:
         return None
+    ts, vals, counts = batches.timestamps, batches.values, batches.counts
     head_columns, head_lens = heads
     framings, framing_lens, framing_at = runs.by_value(
         counts, lambda n: _values_body(ValueType.DOUBLE, 8 * n, n, layout)

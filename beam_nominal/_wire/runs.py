@@ -18,10 +18,21 @@ from typing import Any
 import numpy as np
 
 from beam_nominal._wire._varint import I64, U8
+from beam_nominal._wire.batch import DoubleBatches
 from beam_nominal.model import KeyTuple, SeriesKey
 
 __all__ = [
-    "FEW_POINTS", "SHORT_SERIES", "Column", "by_value", "gather_runs", "key_heads", "lay_out", "pays", "plain", "short"
+    "FEW_POINTS",
+    "SHORT_SERIES",
+    "Column",
+    "by_value",
+    "double_heads",
+    "gather_runs",
+    "key_heads",
+    "lay_out",
+    "pays",
+    "plain",
+    "short",
 ]
 
 gather_runs: Callable[[Any, I64, I64], bytes] | None
@@ -101,6 +112,15 @@ def lay_out(columns: Sequence[Column], n: int) -> memoryview:
     index = np.arange(total, dtype=itype)
     index += np.repeat((flat_starts - out_starts).astype(itype), flat_lens)
     return memoryview(src_all[index].data)
+
+
+def double_heads(batches: DoubleBatches, encode: Callable[[SeriesKey], bytes]) -> tuple[list[Column], I64] | None:
+    """:func:`key_heads` of a request of double series that a protobuf layout takes: columns
+    :func:`plain`, no timestamp before 1970 (the layouts write fixed-width timestamps), and keys
+    :func:`key_heads` takes. None, having made nothing, for any other."""
+    if not plain(batches.timestamps, batches.values) or int(batches.timestamps.min()) < 0:
+        return None
+    return key_heads(batches.keys, encode)
 
 
 def key_heads(keys: Sequence[KeyTuple], encode: Callable[[SeriesKey], bytes]) -> tuple[list[Column], I64] | None:

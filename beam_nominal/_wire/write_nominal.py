@@ -540,12 +540,10 @@ def _double_series(batches: DoubleBatches) -> memoryview | None:
     the series-by-series path writes them. None, having made nothing, where a key has tags or a
     channel that is not ASCII, a column is not an int64 or float64 array, or a timestamp is
     before 1970: that path takes those."""
-    ts, vals, counts = batches.timestamps, batches.values, batches.counts
-    if not runs.plain(ts, vals) or int(ts.min()) < 0:
-        return None
-    heads = runs.key_heads(batches.keys, _encode_series_key)
+    heads = runs.double_heads(batches, _encode_series_key)
     if heads is None:
         return None
+    ts, vals, counts = batches.timestamps, batches.values, batches.counts
     head_columns, head_lens = heads
     points = _double_points(ts, TIMESTAMP_BYTES, vals, _Matrices())
     point_lens = counts * _DOUBLE_STRIDE
