@@ -286,8 +286,9 @@ class Sender:
         buffer and the cut when due.
 
         A column adder (``series_batches``, ``table_batches``) returns its checked (batch, bytes)
-        pairs, which go into the buffer at once, so the budget sees them whole; points and rows (adders returning None)
-        stay staged until they make a request's worth (or _SETTLE_POINTS single points).
+        pairs, which go into the buffer at once, so the budget sees them whole; points and rows
+        (adders returning None) stay staged until they make a request's worth (or
+        _SETTLE_POINTS single points).
         """
         lock = self.lock
         lock.acquire()
