@@ -902,36 +902,80 @@ done:
     return result;
 }
 
-/* pack_doubles(values): values.float_row of a list (exactly) of floats (exactly), its doubles
- * packed in native order as bytes; None for anything else, which float_row then takes (or
- * refuses). Its one caller is NominalStream.enqueue_float_array, where float_row's checks cost
- * more than the rest of the call. */
+/* pack_doubles(values): the doubles of a list, tuple or dict's values view (exactly) of floats
+ * (exactly), packed in native order as bytes; None for anything else. staging._pack_doubles is
+ * its pure twin. Callers: NominalStream.enqueue_float_array (float_row takes what this does not)
+ * and PointBatch.add_record, a wide record's row of a block of floats. */
 static PyObject *
-pack_doubles(PyObject *module, PyObject *list)
+pack_doubles(PyObject *module, PyObject *values)
 {
-    if (!PyList_CheckExact(list)) {
+    int view = 0;
+    Py_ssize_t n;
+    if (PyList_CheckExact(values)) {
+        n = PyList_GET_SIZE(values);
+    }
+    else if (PyTuple_CheckExact(values)) {
+        n = PyTuple_GET_SIZE(values);
+    }
+    else if (Py_IS_TYPE(values, &PyDictValues_Type)) {
+        view = 1;
+        n = PyObject_Size(values);
+        if (n < 0) {
+            return NULL;
+        }
+    }
+    else {
         Py_RETURN_NONE;
     }
-    Py_ssize_t n = PyList_GET_SIZE(list);
     PyObject *packed = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
     if (packed == NULL) {
         return NULL;
     }
     double *out = (double *)PyBytes_AS_STRING(packed);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *v = PyList_GET_ITEM(list, i);
-        if (!PyFloat_CheckExact(v)) {
-            Py_DECREF(packed);
-            Py_RETURN_NONE;
+    if (!view) {
+        PyObject **items = PyList_CheckExact(values) ? ((PyListObject *)values)->ob_item
+                                                     : ((PyTupleObject *)values)->ob_item;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (!PyFloat_CheckExact(items[i])) {
+                Py_DECREF(packed);
+                Py_RETURN_NONE;
+            }
+            out[i] = PyFloat_AS_DOUBLE(items[i]);
         }
-        out[i] = PyFloat_AS_DOUBLE(v);
+        return packed;
+    }
+    PyObject *it = PyObject_GetIter(values);
+    if (it == NULL) {
+        Py_DECREF(packed);
+        return NULL;
+    }
+    Py_ssize_t i = 0;
+    PyObject *v;
+    while ((v = PyIter_Next(it)) != NULL) {
+        int ok = i < n && PyFloat_CheckExact(v);
+        if (ok) {
+            out[i++] = PyFloat_AS_DOUBLE(v);
+        }
+        Py_DECREF(v);
+        if (!ok) {
+            break;
+        }
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) {
+        Py_DECREF(packed);
+        return NULL;
+    }
+    if (v != NULL || i != n) {
+        Py_DECREF(packed);
+        Py_RETURN_NONE;
     }
     return packed;
 }
 
 static PyMethodDef module_methods[] = {
     {"pack_doubles", (PyCFunction)pack_doubles, METH_O,
-     "pack_doubles(values, /)\n--\n\nA list of floats packed as native doubles (bytes); None for anything else."},
+     "pack_doubles(values, /)\n--\n\nA list, tuple or dict values view of floats packed as native doubles (bytes); None for anything else."},
     {"gather_runs", (PyCFunction)(void (*)(void))gather_runs, METH_FASTCALL,
      "gather_runs(src, starts, lens, /)\n--\n\nThe runs src[starts[i]:starts[i] + lens[i]] concatenated, as bytes."},
     {"join_into", (PyCFunction)(void (*)(void))join_into, METH_FASTCALL,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -147,7 +148,16 @@ class _FloatSub(float):
     pass
 
 
-@pytest.mark.compiled
+def _packers() -> list[Any]:
+    from beam_nominal._pipeline import staging
+
+    packers = [pytest.param(staging._pack_doubles, id="pure")]
+    if staging.pack_doubles is not staging._pack_doubles:
+        packers.append(pytest.param(staging.pack_doubles, id="compiled"))
+    return packers
+
+
+@pytest.mark.parametrize("pack", _packers())
 @pytest.mark.parametrize(
     "row",
     [
@@ -160,19 +170,26 @@ class _FloatSub(float):
         [_FloatSub(1.5)],
         [1.0, "x"],
         (1.0, 2.0),
+        (1.0, 2),
+        {"a": 1.0, "b": -0.0}.values(),
+        {"a": 1.0, "b": 2}.values(),
+        {"a": 1.0}.keys(),
+        OrderedDict(a=1.0).values(),
+        iter([1.0]),
         np.array([1.0, 2.0]),
         "12",
         None,
     ],
     ids=repr,
 )
-def test_pack_doubles_is_float_row_for_a_list_of_floats_and_takes_nothing_else(row: Any) -> None:
-    from beam_nominal._pipeline._fastpath import pack_doubles
+def test_pack_doubles_is_float_row_for_floats_of_a_list_tuple_or_dict_and_takes_nothing_else(
+    pack: Any, row: Any
+) -> None:
     from beam_nominal._pipeline.values import float_row
 
-    packed = pack_doubles(row)
-    if type(row) is list and all(type(v) is float for v in row):
-        assert packed == float_row("c", row)
+    packed = pack(row)
+    if type(row) in (list, tuple, type({}.values())) and all(type(v) is float for v in row):
+        assert packed == float_row("c", list(row))
         assert type(packed) is bytes
     else:
         assert packed is None
