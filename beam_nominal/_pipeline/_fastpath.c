@@ -902,29 +902,52 @@ done:
     return result;
 }
 
-/* pack_doubles(values): the doubles of a list, tuple or dict's values view (exactly) of floats
- * (exactly), packed in native order as bytes; None for anything else. staging._pack_doubles is
- * its pure twin. Callers: NominalStream.enqueue_float_array (float_row takes what this does not)
- * and PointBatch.add_record, a wide record's row of a block of floats. */
+/* pack_doubles(values): values.float_row of a list (exactly) of floats (exactly), its doubles
+ * packed in native order as bytes; None for anything else, which float_row then takes (or
+ * refuses). staging._pack_doubles is its pure twin. Callers: NominalStream.enqueue_float_array,
+ * where float_row's checks cost more than the rest of the call, and PointBatch's rows of wide
+ * records of floats. */
 static PyObject *
-pack_doubles(PyObject *module, PyObject *values)
+pack_doubles(PyObject *module, PyObject *list)
 {
-    int view = 0;
-    Py_ssize_t n;
-    if (PyList_CheckExact(values)) {
-        n = PyList_GET_SIZE(values);
+    if (!PyList_CheckExact(list)) {
+        Py_RETURN_NONE;
     }
-    else if (PyTuple_CheckExact(values)) {
-        n = PyTuple_GET_SIZE(values);
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
+    if (packed == NULL) {
+        return NULL;
     }
-    else if (Py_IS_TYPE(values, &PyDictValues_Type)) {
-        view = 1;
-        n = PyObject_Size(values);
-        if (n < 0) {
-            return NULL;
+    double *out = (double *)PyBytes_AS_STRING(packed);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyList_GET_ITEM(list, i);
+        if (!PyFloat_CheckExact(v)) {
+            Py_DECREF(packed);
+            Py_RETURN_NONE;
         }
+        out[i] = PyFloat_AS_DOUBLE(v);
     }
-    else {
+    return packed;
+}
+
+/* pack_record(record, keys): the values of a dict (exactly) whose keys are ``keys`` in order (the
+ * same objects, or equal exact strs), every value a float (exactly), packed in native order as
+ * bytes; None for anything else (the caller's general path takes it). staging._pack_record is its
+ * pure twin. Its one caller is PointBatch.add_record, a row of a block of floats: the check of
+ * its channels and of its values, and their conversion, in one pass. */
+static PyObject *
+pack_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "pack_record(record, keys) takes 2 arguments");
+        return NULL;
+    }
+    PyObject *record = args[0], *keys = args[1];
+    if (!PyDict_CheckExact(record) || !PyTuple_CheckExact(keys)) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(keys);
+    if (PyDict_GET_SIZE(record) != n) {
         Py_RETURN_NONE;
     }
     PyObject *packed = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
@@ -932,50 +955,27 @@ pack_doubles(PyObject *module, PyObject *values)
         return NULL;
     }
     double *out = (double *)PyBytes_AS_STRING(packed);
-    if (!view) {
-        PyObject **items = PyList_CheckExact(values) ? ((PyListObject *)values)->ob_item
-                                                     : ((PyTupleObject *)values)->ob_item;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (!PyFloat_CheckExact(items[i])) {
-                Py_DECREF(packed);
-                Py_RETURN_NONE;
-            }
-            out[i] = PyFloat_AS_DOUBLE(items[i]);
+    /* No Python code runs in this loop, so the dict cannot change under it. */
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *key, *value;
+    while (i < n && PyDict_Next(record, &pos, &key, &value)) {
+        PyObject *want = PyTuple_GET_ITEM(keys, i);
+        int same = key == want ||
+                   (PyUnicode_CheckExact(key) && PyUnicode_CheckExact(want) && PyUnicode_Compare(key, want) == 0);
+        if (!same || !PyFloat_CheckExact(value)) {
+            Py_DECREF(packed);
+            Py_RETURN_NONE;
         }
-        return packed;
-    }
-    PyObject *it = PyObject_GetIter(values);
-    if (it == NULL) {
-        Py_DECREF(packed);
-        return NULL;
-    }
-    Py_ssize_t i = 0;
-    PyObject *v;
-    while ((v = PyIter_Next(it)) != NULL) {
-        int ok = i < n && PyFloat_CheckExact(v);
-        if (ok) {
-            out[i++] = PyFloat_AS_DOUBLE(v);
-        }
-        Py_DECREF(v);
-        if (!ok) {
-            break;
-        }
-    }
-    Py_DECREF(it);
-    if (PyErr_Occurred()) {
-        Py_DECREF(packed);
-        return NULL;
-    }
-    if (v != NULL || i != n) {
-        Py_DECREF(packed);
-        Py_RETURN_NONE;
+        out[i++] = PyFloat_AS_DOUBLE(value);
     }
     return packed;
 }
 
 static PyMethodDef module_methods[] = {
     {"pack_doubles", (PyCFunction)pack_doubles, METH_O,
-     "pack_doubles(values, /)\n--\n\nA list, tuple or dict values view of floats packed as native doubles (bytes); None for anything else."},
+     "pack_doubles(values, /)\n--\n\nA list of floats packed as native doubles (bytes); None for anything else."},
+    {"pack_record", (PyCFunction)(void (*)(void))pack_record, METH_FASTCALL,
+     "pack_record(record, keys, /)\n--\n\nThe floats of a dict whose keys are keys, in order, packed as native doubles (bytes); None for anything else."},
     {"gather_runs", (PyCFunction)(void (*)(void))gather_runs, METH_FASTCALL,
      "gather_runs(src, starts, lens, /)\n--\n\nThe runs src[starts[i]:starts[i] + lens[i]] concatenated, as bytes."},
     {"join_into", (PyCFunction)(void (*)(void))join_into, METH_FASTCALL,
@@ -986,7 +986,7 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef fastpath_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "beam_nominal._pipeline._fastpath",
-    .m_doc = "PointBatch's compiled paths: WriteDoFn.process and the batch's DoublePoints; and the kernels pack_doubles, join_into and gather_runs (optional: beam_nominal runs without them).",
+    .m_doc = "PointBatch's compiled paths: WriteDoFn.process and the batch's DoublePoints; and the kernels pack_doubles, pack_record, join_into and gather_runs (optional: beam_nominal runs without them).",
     .m_size = -1,
     .m_methods = module_methods,
 };

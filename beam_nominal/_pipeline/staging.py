@@ -124,27 +124,32 @@ try:
 except ImportError:
     DoublePoints = _DoublePoints
 
-_DICT_VALUES: type = type({}.values())
-
-
 def _pack_doubles(values: Any) -> bytes | None:
-    """``pack_doubles`` where ``_fastpath`` is not built: the doubles of a list, tuple or dict's
-    values view (exactly) of floats (exactly), packed in native order; None for anything else."""
-    kind = type(values)
-    if kind is not list and kind is not tuple and kind is not _DICT_VALUES:
+    """``pack_doubles`` where ``_fastpath`` is not built: the doubles of a list (exactly) of floats
+    (exactly), packed in native order; None for anything else."""
+    if type(values) is not list:
         return None
-    row = list(values) if kind is _DICT_VALUES else values
-    types = set(map(type, row))
+    types = set(map(type, values))
     if types and types != {float}:
         return None
-    return array("d", row).tobytes()
+    return array("d", values).tobytes()
+
+
+def _pack_record(record: Any, keys: tuple[Any, ...]) -> bytes | None:
+    """``pack_record`` where ``_fastpath`` is not built: the values of a dict (exactly) whose
+    channels are ``keys`` in order, every value a float (exactly), packed as ``pack_doubles``
+    packs them; None for anything else."""
+    if type(record) is not dict or tuple(record) != keys:
+        return None
+    return _pack_doubles(list(record.values()))
 
 
 pack_doubles: Callable[[Any], bytes | None]
+pack_record: Callable[[Any, tuple[Any, ...]], bytes | None]
 try:
-    from beam_nominal._pipeline._fastpath import pack_doubles
+    from beam_nominal._pipeline._fastpath import pack_doubles, pack_record
 except ImportError:
-    pack_doubles = _pack_doubles
+    pack_doubles, pack_record = _pack_doubles, _pack_record
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -483,18 +488,12 @@ class PointBatch:
             self._materialize()
         t = self._timestamp(ts)
         items = _tag_items(tags)
-        keys = tuple(record)
         block = self._last_block.get((items, skip))
         row: list[Any] | None = None
-        # The channels of the last record with these tags, all floats: the row's one check is
-        # its packing (every value exactly a float), with no type of each value looked up.
-        if (
-            block is None
-            or not block.plain
-            or block.keys != keys
-            or (packed := pack_doubles(record.values())) is None
-        ):
-            found = self._checked_row(record, tags, items, keys, skip, block)
+        # The channels of the last record with these tags, all floats: the record's one check
+        # is its packing (the same channels in order, every value exactly a float).
+        if block is None or not block.plain or (packed := pack_record(record, block.keys)) is None:
+            found = self._checked_row(record, tags, items, skip, block)
             if found is None:
                 self._record_by_points(t, record, tags, skip)
                 return
@@ -515,18 +514,14 @@ class PointBatch:
         self.nbytes += block.row_bytes(row) if row is not None else POINT_BYTES * block.width
 
     def _checked_row(
-        self,
-        record: Mapping[Any, Any],
-        tags: Any,
-        items: Any,
-        keys: tuple[Any, ...],
-        skip: tuple[str, ...],
-        block: _Block | None,
+        self, record: Mapping[Any, Any], tags: Any, items: Any, skip: tuple[str, ...], block: _Block | None
     ) -> tuple[_Block, list[Any] | None, bytes | None] | None:
         """The block of ``record`` (``block``, the last one of its tags, if its channels and value
         types match) and its row: packed doubles for a plain block, else a list of its values
         checked; None for a record whose values go point by point (an array or struct)."""
-        types = tuple(map(type, record.values()))
+        keys = tuple(record)
+        row = list(record.values())
+        types = tuple(map(type, row))
         if block is None or block.keys != keys or block.types != types:
             block = self._blocks.get((keys, types, items, skip)) or self._new_block(
                 keys, types, record, tags, items, skip
@@ -535,8 +530,7 @@ class PointBatch:
                 return None
             self._last_block[(items, skip)] = block
         if block.plain:
-            return block, None, pack_doubles(record.values())  # every value a float (block.types)
-        row = list(record.values())
+            return block, None, pack_doubles(row)  # every value a float (block.types)
         for j, conv in block.checks:
             try:
                 row[j] = conv(row[j])
