@@ -35,7 +35,7 @@ from beam_nominal._pipeline import interrupt as _interrupt
 from beam_nominal._pipeline import values as _values
 from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._pipeline.packer import cut_requests
-from beam_nominal._pipeline.staging import PointBatch
+from beam_nominal._pipeline.staging import PointBatch, pack_doubles
 from beam_nominal._pipeline.uploader import Outcome, Uploader
 from beam_nominal._wire.batch import DoubleBatches, SeriesBatch
 from beam_nominal.errors import BackpressureError, DeliveryError, StreamClosedError
@@ -51,17 +51,6 @@ _DOUBLE_ARRAY, _STRING_ARRAY, _STRUCT = ValueType.DOUBLE_ARRAY, ValueType.STRING
 
 #: Single points a stream stages, at most, before they move into its buffer.
 _SETTLE_POINTS = 4096
-
-
-def _no_packing(values: Any) -> bytes | None:
-    return None  # float_row takes every row
-
-
-_pack_doubles: Callable[[Any], bytes | None]
-try:
-    from beam_nominal._pipeline._fastpath import pack_doubles as _pack_doubles
-except ImportError:
-    _pack_doubles = _no_packing
 
 
 class StreamState(str, enum.Enum):
@@ -874,8 +863,8 @@ class NominalStream:
         self, channel: str, timestamp: Any, values: Any, tags: Mapping[str, str] | None = None
     ) -> None:
         """Write one double-array value (a 1-D sequence of numbers)."""
-        # A list of floats packed in C (_fastpath.c): float_row's checks cost more than the write.
-        row = _pack_doubles(values)
+        # A list of floats packed in one pass: float_row's checks cost more than the write.
+        row = pack_doubles(values)
         if row is None:
             row = _values.float_row(channel, values)
         self._sender.write_typed(channel, timestamp, _DOUBLE_ARRAY, row, tags)

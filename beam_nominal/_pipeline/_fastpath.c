@@ -842,19 +842,20 @@ done:
     return result;
 }
 
-/* gather_runs(src, starts, lens): the bytes src[starts[i]:starts[i] + lens[i]] for every i,
- * concatenated. Why: the Avro layout of many small records (_avro_block._double_layout) is
- * millions of short runs; numpy gathers them through an index a byte, where this copies each
- * run once. starts and lens are 1-D int64 arrays of one length; every run must lie in src.
- * The copying runs without the GIL. */
+/* gather_runs(src, starts, lens, out): the bytes src[starts[i]:starts[i] + lens[i]] for every i,
+ * concatenated into the writable buffer out; returns their length. Why: the Avro layout of many
+ * small records (_avro_block._double_layout) is millions of short runs; numpy gathers them through
+ * an index a byte, where this copies each run once. starts and lens are 1-D int64 arrays of one
+ * length; every run must lie in src, and out must hold them all. The copying runs without the
+ * GIL. */
 static PyObject *
 gather_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "gather_runs takes src, starts and lens");
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "gather_runs takes src, starts, lens and out");
         return NULL;
     }
-    Py_buffer src, starts, lens;
+    Py_buffer src, starts, lens, out;
     PyObject *result = NULL;
     if (PyObject_GetBuffer(args[0], &src, PyBUF_C_CONTIGUOUS) < 0) {
         return NULL;
@@ -864,6 +865,12 @@ gather_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     if (column_view(args[2], &lens, 0, "gather_runs: lens") < 0) {
+        PyBuffer_Release(&starts);
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[3], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&lens);
         PyBuffer_Release(&starts);
         PyBuffer_Release(&src);
         return NULL;
@@ -883,19 +890,21 @@ gather_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         total += ln[i];
     }
-    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
-    if (result == NULL) {
+    if (total > out.len) {
+        PyErr_Format(PyExc_ValueError, "gather_runs: the runs' %lld bytes do not fit out's %zd", total, out.len);
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
-    char *at = PyBytes_AS_STRING(result);
+    char *at = (char *)out.buf;
     const char *from = (const char *)src.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
         memcpy(at, from + st[i], (size_t)ln[i]);
         at += ln[i];
     }
     Py_END_ALLOW_THREADS
+    result = PyLong_FromLongLong(total);
 done:
+    PyBuffer_Release(&out);
     PyBuffer_Release(&lens);
     PyBuffer_Release(&starts);
     PyBuffer_Release(&src);
@@ -904,8 +913,9 @@ done:
 
 /* pack_doubles(values): values.float_row of a list (exactly) of floats (exactly), its doubles
  * packed in native order as bytes; None for anything else, which float_row then takes (or
- * refuses). Its one caller is NominalStream.enqueue_float_array, where float_row's checks cost
- * more than the rest of the call. */
+ * refuses). staging._pack_doubles is its pure twin. Callers: NominalStream.enqueue_float_array,
+ * where float_row's checks cost more than the rest of the call, and PointBatch's rows of wide
+ * records of floats. */
 static PyObject *
 pack_doubles(PyObject *module, PyObject *list)
 {
@@ -929,11 +939,54 @@ pack_doubles(PyObject *module, PyObject *list)
     return packed;
 }
 
+/* pack_record(record, keys): the values of a dict (exactly) whose keys are ``keys`` in order (the
+ * same objects, or equal exact strs), every value a float (exactly), packed in native order as
+ * bytes; None for anything else (the caller's general path takes it). staging._pack_record is its
+ * pure twin. Its one caller is PointBatch.add_record, a row of a block of floats: the check of
+ * its channels and of its values, and their conversion, in one pass. */
+static PyObject *
+pack_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "pack_record(record, keys) takes 2 arguments");
+        return NULL;
+    }
+    PyObject *record = args[0], *keys = args[1];
+    if (!PyDict_CheckExact(record) || !PyTuple_CheckExact(keys)) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(keys);
+    if (PyDict_GET_SIZE(record) != n) {
+        Py_RETURN_NONE;
+    }
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
+    if (packed == NULL) {
+        return NULL;
+    }
+    double *out = (double *)PyBytes_AS_STRING(packed);
+    /* No Python code runs in this loop, so the dict cannot change under it. */
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *key, *value;
+    while (i < n && PyDict_Next(record, &pos, &key, &value)) {
+        PyObject *want = PyTuple_GET_ITEM(keys, i);
+        int same = key == want ||
+                   (PyUnicode_CheckExact(key) && PyUnicode_CheckExact(want) && PyUnicode_Compare(key, want) == 0);
+        if (!same || !PyFloat_CheckExact(value)) {
+            Py_DECREF(packed);
+            Py_RETURN_NONE;
+        }
+        out[i++] = PyFloat_AS_DOUBLE(value);
+    }
+    return packed;
+}
+
 static PyMethodDef module_methods[] = {
     {"pack_doubles", (PyCFunction)pack_doubles, METH_O,
      "pack_doubles(values, /)\n--\n\nA list of floats packed as native doubles (bytes); None for anything else."},
+    {"pack_record", (PyCFunction)(void (*)(void))pack_record, METH_FASTCALL,
+     "pack_record(record, keys, /)\n--\n\nThe floats of a dict whose keys are keys, in order, packed as native doubles (bytes); None for anything else."},
     {"gather_runs", (PyCFunction)(void (*)(void))gather_runs, METH_FASTCALL,
-     "gather_runs(src, starts, lens, /)\n--\n\nThe runs src[starts[i]:starts[i] + lens[i]] concatenated, as bytes."},
+     "gather_runs(src, starts, lens, out, /)\n--\n\nThe runs src[starts[i]:starts[i] + lens[i]] concatenated into out; returns their length."},
     {"join_into", (PyCFunction)(void (*)(void))join_into, METH_FASTCALL,
      "join_into(parts, out, /)\n--\n\nb''.join(parts) written into the writable buffer out, (ns, values) parts as double points; returns its length."},
     {NULL, NULL, 0, NULL},
@@ -942,7 +995,7 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef fastpath_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "beam_nominal._pipeline._fastpath",
-    .m_doc = "PointBatch's compiled paths: WriteDoFn.process and the batch's DoublePoints; and the kernels pack_doubles, join_into and gather_runs (optional: beam_nominal runs without them).",
+    .m_doc = "PointBatch's compiled paths: WriteDoFn.process and the batch's DoublePoints; and the kernels pack_doubles, pack_record, join_into and gather_runs (optional: beam_nominal runs without them).",
     .m_size = -1,
     .m_methods = module_methods,
 };

@@ -36,6 +36,8 @@ __all__ = ["Buffer", "SeriesBuffer"]
 I64 = npt.NDArray[np.int64]
 # ValueType.DOUBLE looked up once: Python 3.11's EnumType has a __getattr__ on every lookup.
 _DOUBLE = ValueType.DOUBLE
+#: Runs in code order up to which loose points are merged by timsort rather than sorted by radix.
+_MERGED_RUNS = 32
 
 
 class SeriesBuffer:
@@ -141,9 +143,13 @@ class Buffer:
             codes = np.concatenate([p[0] for p in loose])
             ts = np.concatenate([p[1] for p in loose])
             vals = np.concatenate([p[2] for p in loose])
-        if len(codes) > 1 and not (codes[1:] >= codes[:-1]).all():
-            # Codes below 2**16 (nearly always) sort stably by radix, in O(n).
-            order = (codes.astype(np.uint16) if len(self.loose_series) <= 65536 else codes).argsort(kind="stable")
+        runs = 1 + int(np.count_nonzero(codes[1:] < codes[:-1])) if len(codes) > 1 else 1
+        if runs > 1:
+            # A few runs in code order (hand-overs of wide rows) merge fastest by numpy's stable
+            # sort of int64, a timsort; points in arrival order by its radix sort of codes below
+            # 2**16 (nearly always), in O(n).
+            radix = runs > _MERGED_RUNS and len(self.loose_series) <= 65536
+            order = (codes.astype(np.uint16) if radix else codes).argsort(kind="stable")
             codes, ts, vals = codes[order], ts[order], vals[order]
         return codes, ts, vals
 

@@ -124,6 +124,33 @@ try:
 except ImportError:
     DoublePoints = _DoublePoints
 
+def _pack_doubles(values: Any) -> bytes | None:
+    """``pack_doubles`` where ``_fastpath`` is not built: the doubles of a list (exactly) of floats
+    (exactly), packed in native order; None for anything else."""
+    if type(values) is not list:
+        return None
+    types = set(map(type, values))
+    if types and types != {float}:
+        return None
+    return array("d", values).tobytes()
+
+
+def _pack_record(record: Any, keys: tuple[Any, ...]) -> bytes | None:
+    """``pack_record`` where ``_fastpath`` is not built: the values of a dict (exactly) whose
+    channels are ``keys`` in order, every value a float (exactly), packed as ``pack_doubles``
+    packs them; None for anything else."""
+    if type(record) is not dict or tuple(record) != keys:
+        return None
+    return _pack_doubles(list(record.values()))
+
+
+pack_doubles: Callable[[Any], bytes | None]
+pack_record: Callable[[Any, tuple[Any, ...]], bytes | None]
+try:
+    from beam_nominal._pipeline._fastpath import pack_doubles, pack_record
+except ImportError:
+    pack_doubles, pack_record = _pack_doubles, _pack_record
+
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _I64 = np.dtype(np.int64)
@@ -173,7 +200,7 @@ _DOUBLE_CONV = SCALAR_CONVERTERS.get(ValueType.DOUBLE)
 class _Block:
     """Rows of wide records that share their channels, value types and tags."""
 
-    __slots__ = ("checks", "keys", "plain", "rows", "seq", "slots", "texts", "ts", "types", "width")
+    __slots__ = ("checks", "floats", "keys", "plain", "rows", "seq", "slots", "texts", "ts", "types", "width")
 
     def row_bytes(self, row: list[Any]) -> int:
         """Estimated encoded bytes of one row (``POINT_BYTES`` a point, plus its text)."""
@@ -204,7 +231,22 @@ class _Block:
         #: Columns of text, whose length a row's size estimate adds.
         self.texts = [j for j, t in enumerate(types) if t is str and slots[j] is not None]
         self.ts: list[int] = []
+        #: The rows of a block not plain, as lists.
         self.rows: list[list[Any]] = []
+        #: The rows of a plain block, packed as native doubles one after another (no object a
+        #: value; one conversion for the block).
+        self.floats: bytearray = bytearray()
+
+    def held_bytes(self) -> int:
+        """Estimated encoded bytes of the rows held: what ``row_bytes`` counted for them."""
+        if not self.texts:
+            return POINT_BYTES * self.width * len(self.ts)
+        return sum(map(self.row_bytes, self.rows))
+
+    def matrix(self) -> Any:
+        """The rows of a plain block, a float64 matrix of one row a record; the block keeps none."""
+        floats, self.floats = self.floats, bytearray()
+        return np.frombuffer(floats, np.float64).reshape(len(self.ts), self.width)
 
 
 class PointBatch:
@@ -439,40 +481,62 @@ class PointBatch:
         ``skip`` names fields of ``record`` that are not channels (a flat record's timestamp and
         tags fields): read in place, no dict without them is built per record.
         """
-        if not isinstance(record, Mapping):
+        # type() first: a dict needs no ABC check.
+        if type(record) is not dict and not isinstance(record, Mapping):
             raise ElementError("values", f"wide record values must be a mapping, got {type(record).__name__}")
         if self._lazy_at is not None:
             self._materialize()
         t = self._timestamp(ts)
         items = _tag_items(tags)
-        keys = tuple(record)
-        types = tuple(map(type, record.values()))
         block = self._last_block.get((items, skip))
-        if block is None or block.keys != keys or block.types != types:
-            block = self._blocks.get((keys, types, items, skip)) or self._new_block(
-                keys, types, record, tags, items, skip
-            )
-            if block is None:
+        row: list[Any] | None = None
+        # The channels of the last record with these tags, all floats: the record's one check
+        # is its packing (the same channels in order, every value exactly a float).
+        if block is None or not block.plain or (packed := pack_record(record, block.keys)) is None:
+            found = self._checked_row(record, tags, items, skip, block)
+            if found is None:
                 self._record_by_points(t, record, tags, skip)
                 return
-            self._last_block[(items, skip)] = block
-        row = list(record.values())
-        for j, conv in block.checks:
-            try:
-                row[j] = conv(row[j])
-            except (Mismatch, UnicodeEncodeError):
-                raise _bad_value(block.keys[j], block.slots[j], row[j]) from None  # type: ignore[arg-type]
+            block, row, packed = found
         if self.flat or len(self.doubles):
             self._settle_flat()  # single points that came first stay first
         block.ts.append(t)
-        block.rows.append(row)
+        if packed is not None:
+            block.floats += packed
+        else:
+            block.rows.append(row)  # type: ignore[arg-type]
         block.seq.append(self._seq)
         self._seq += 1
         if not self._rows:
             self._rows = True
             self._open_fast_path(False)
         self.counted += block.width
-        self.nbytes += block.row_bytes(row)
+        self.nbytes += block.row_bytes(row) if row is not None else POINT_BYTES * block.width
+
+    def _checked_row(
+        self, record: Mapping[Any, Any], tags: Any, items: Any, skip: tuple[str, ...], block: _Block | None
+    ) -> tuple[_Block, list[Any] | None, bytes | None] | None:
+        """The block of ``record`` (``block``, the last one of its tags, if its channels and value
+        types match) and its row: packed doubles for a plain block, else a list of its values
+        checked; None for a record whose values go point by point (an array or struct)."""
+        keys = tuple(record)
+        row = list(record.values())
+        types = tuple(map(type, row))
+        if block is None or block.keys != keys or block.types != types:
+            block = self._blocks.get((keys, types, items, skip)) or self._new_block(
+                keys, types, record, tags, items, skip
+            )
+            if block is None:
+                return None
+            self._last_block[(items, skip)] = block
+        if block.plain:
+            return block, None, pack_doubles(row)  # every value a float (block.types)
+        for j, conv in block.checks:
+            try:
+                row[j] = conv(row[j])
+            except (Mismatch, UnicodeEncodeError):
+                raise _bad_value(block.keys[j], block.slots[j], row[j]) from None  # type: ignore[arg-type]
+        return block, row, None
 
     def _new_block(
         self,
@@ -847,18 +911,18 @@ class PointBatch:
         and no other block holds rows, as columns of points series by series in code order,
         each series' points in record order (a buffer holding only these need not sort them);
         else None, having taken nothing."""
-        pending = [block for block in self._blocks.values() if block.rows]
+        pending = [block for block in self._blocks.values() if block.ts]
         if len(pending) != 1 or not pending[0].plain:
             return None
         block = pending[0]
-        rows, width = len(block.rows), block.width
+        rows, width = len(block.ts), block.width
         row_codes = np.fromiter(map(_code, block.slots), np.int64, width)  # type: ignore[arg-type]
         order = np.argsort(row_codes, kind="stable")
         codes = np.repeat(row_codes[order], rows)
         ts = np.tile(np.fromiter(block.ts, np.int64, rows), width)
         # The matrix's columns in code order, each made a run: one gather copy.
-        vals = np.array(block.rows, dtype=np.float64).T[order].reshape(-1)
-        block.ts, block.rows, block.seq = [], [], []
+        vals = block.matrix().T[order].reshape(-1)
+        block.ts, block.seq = [], []
         self.counted -= rows * width
         self.nbytes -= rows * width * POINT_BYTES  # what row_bytes counted for them
         self._rows = False
@@ -1031,10 +1095,10 @@ class PointBatch:
 
     def _settle_rows(self) -> None:
         # Rows were counted by row_bytes; their settled runs count themselves (_put).
-        self.nbytes -= sum(b.row_bytes(r) for b in self._blocks.values() for r in b.rows)
+        pending = [block for block in self._blocks.values() if block.ts]
+        self.nbytes -= sum(b.held_bytes() for b in pending)
         # Per series, its columns from every block; a series in several blocks (records of
         # different channel sets) has its pieces merged back into record order.
-        pending = [block for block in self._blocks.values() if block.rows]
         if len(pending) == 1 and pending[0].plain:
             self._settle_plain_block(pending[0])
             return
@@ -1043,14 +1107,14 @@ class PointBatch:
             n = len(block.ts)
             ts = np.fromiter(block.ts, np.int64, n)
             seq = np.fromiter(block.seq, np.int64, n)
-            rows, block.ts, block.rows, block.seq = block.rows, [], [], []
             if block.plain:
-                # One conversion for the block; each column a contiguous row of the transpose,
-                # sharing one timestamps array (the encoders write a shared array once).
-                matrix = np.array(rows, dtype=np.float64).T.copy()
-                columns: Any = iter(matrix)
+                # Each column a contiguous row of the transpose, sharing one timestamps array
+                # (the encoders write a shared array once).
+                columns: Any = iter(block.matrix().T.copy())
             else:
+                rows = block.rows
                 columns = ([r[j] for r in rows] if slot is not None else None for j, slot in enumerate(block.slots))
+            block.ts, block.rows, block.seq = [], [], []
             for slot, col in zip(block.slots, columns, strict=True):
                 if slot is not None:
                     pieces.setdefault(slot.code, []).append((seq, ts, col))
@@ -1073,8 +1137,8 @@ class PointBatch:
         """The common case of _settle_rows: one block of floats, so no merging (one matrix, each
         column a contiguous row of its transpose, all sharing one timestamps array)."""
         ts = np.fromiter(block.ts, np.int64, len(block.ts))
-        matrix = np.array(block.rows, dtype=np.float64).T.copy()
-        block.ts, block.rows, block.seq = [], [], []
+        matrix = block.matrix().T.copy()
+        block.ts, block.seq = [], []
         nbytes = double_bytes(len(ts))
         put = self._put
         for slot, col in zip(block.slots, matrix, strict=True):

@@ -38,6 +38,7 @@ from beam_nominal._wire._proto.nominal.direct_channel_writer.v2 import (
 )
 from beam_nominal._wire._varint import I64, U8, U64, encode_varints, varint_bytes, varint_lengths
 from beam_nominal._wire.batch import DoubleBatches, SeriesBatch
+from beam_nominal._wire.scratch import thread_scratch
 from beam_nominal.model import SeriesKey, ValueType
 
 __all__ = [
@@ -838,6 +839,7 @@ def _double_columns(layout: ColumnLayout, batches: DoubleBatches) -> memoryview 
             (values, counts * 8, None),
         ],
         len(counts),
+        thread_scratch(),  # joined into the request at once
     )
 
 

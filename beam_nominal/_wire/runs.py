@@ -19,6 +19,7 @@ import numpy as np
 
 from beam_nominal._wire._varint import I64, U8
 from beam_nominal._wire.batch import DoubleBatches
+from beam_nominal._wire.scratch import Scratch
 from beam_nominal.model import KeyTuple, SeriesKey
 
 __all__ = [
@@ -35,7 +36,7 @@ __all__ = [
     "short",
 ]
 
-gather_runs: Callable[[Any, I64, I64], bytes] | None
+gather_runs: Callable[[Any, I64, I64, Any], int] | None
 try:
     from beam_nominal._pipeline._fastpath import gather_runs
 except ImportError:  # the pure build
@@ -81,8 +82,10 @@ def plain(timestamps: Any, values: Any) -> bool:
     )
 
 
-def lay_out(columns: Sequence[Column], n: int) -> memoryview:
-    """The ``n`` records, each the runs of ``columns`` in order, back to back."""
+def lay_out(columns: Sequence[Column], n: int, scratch: Scratch | None = None) -> memoryview:
+    """The ``n`` records, each the runs of ``columns`` in order, back to back: in ``scratch``
+    when given (valid until its next use; request-sized arrays made fresh cost more in page
+    faults than the copying), else in memory of their own."""
     k = len(columns)
     lens = np.empty((n, k), np.int64)
     starts = np.empty((n, k), np.int64)
@@ -100,18 +103,25 @@ def lay_out(columns: Sequence[Column], n: int) -> memoryview:
             col[:] = run_starts
         col += base
         base += data.shape[0]
-    src_all = np.concatenate(sources) if sources else np.empty(0, np.uint8)
+    src_all = np.concatenate(sources, out=_buffer(scratch, "runs-src", base)) if sources else np.empty(0, np.uint8)
     flat_lens, flat_starts = lens.ravel(), starts.ravel()
-    if gather_runs is not None:
-        return memoryview(gather_runs(src_all, flat_starts, flat_lens))
     total = int(flat_lens.sum())
+    out = _buffer(scratch, "runs-out", total)
+    if gather_runs is not None:
+        gather_runs(src_all, flat_starts, flat_lens, out)
+        return out.data
     # int32 indexes where they fit: the index is the largest array here, and half as wide is
     # half the memory written and read.
     itype: type[np.signedinteger[Any]] = np.int32 if total + base < 2**31 else np.int64
     out_starts = np.cumsum(flat_lens) - flat_lens
     index = np.arange(total, dtype=itype)
     index += np.repeat((flat_starts - out_starts).astype(itype), flat_lens)
-    return memoryview(src_all[index].data)
+    np.take(src_all, index, out=out)
+    return out.data
+
+
+def _buffer(scratch: Scratch | None, name: str, size: int) -> U8:
+    return np.empty(size, np.uint8) if scratch is None else scratch.get(name, size)
 
 
 def double_heads(batches: DoubleBatches, encode: Callable[[SeriesKey], bytes]) -> tuple[list[Column], I64] | None:

@@ -559,6 +559,7 @@ def _double_series(batches: DoubleBatches) -> memoryview | None:
             (points, point_lens, None),
         ],
         len(counts),
+        thread_scratch(),  # joined into the body at once
     )
 
 

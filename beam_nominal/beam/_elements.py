@@ -163,7 +163,7 @@ def _asdict(e: Any) -> Any:
 def _tuple_reader(batch: PointBatch) -> Reader:
     def read(e: Sequence[Any]) -> None:
         n = len(e)
-        if n in (2, 3) and isinstance(e[1], Mapping):
+        if n in (2, 3) and (type(e[1]) is dict or isinstance(e[1], Mapping)):  # type() first: no ABC check
             batch.add_record(e[0], e[1], e[2] if n == 3 else None)
             return
         if n not in (3, 4):

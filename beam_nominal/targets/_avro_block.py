@@ -479,13 +479,13 @@ def encode_records(
     ):
         # The layout writes a record for every key, from int64 and float64 columns: an empty
         # series (no record) or other columns are the record-by-record path's to write or refuse.
-        done = _double_layout(batches.keys, batches.counts, batches.timestamps, batches.values)
+        done = _double_layout(batches.keys, batches.counts, batches.timestamps, batches.values, scratch)
         if done is not None:
             return done
     if not isinstance(batches, list):
         batches = list(batches)
     if len(batches) >= _MANY_RECORDS:
-        done = _double_records(batches)
+        done = _double_records(batches, scratch)
         if done is not None:
             return done
     keys: list[tuple[bytes, bytes]] = []
@@ -628,7 +628,7 @@ _VALUE_TYPE, _TIMESTAMPS, _VALUES, _KEY = (attrgetter(f) for f in ("value_type",
 _NAME, _TAGS = itemgetter(0), itemgetter(1)
 
 
-def _double_records(batches: list[SeriesBatch]) -> tuple[memoryview, int, int] | None:
+def _double_records(batches: list[SeriesBatch], scratch: Scratch | None = None) -> tuple[memoryview, int, int] | None:
     """:func:`encode_records` of many batches of double series each with timestamps of its own
     (the packer's cut of single points over many series), a few points each, laid out with no Python work per
     record but reading its batch: every part of every record (name, counts, timestamps, values,
@@ -659,10 +659,12 @@ def _double_records(batches: list[SeriesBatch]) -> tuple[memoryview, int, int] |
         keys = list(map(_KEY, batches))
     except (TypeError, ValueError, AttributeError):
         return None
-    return _double_layout(keys, counts, ts, vals)
+    return _double_layout(keys, counts, ts, vals, scratch)
 
 
-def _double_layout(keys: list[KeyTuple], counts: I64, ts: I64, vals: Any) -> tuple[memoryview, int, int] | None:
+def _double_layout(
+    keys: list[KeyTuple], counts: I64, ts: I64, vals: Any, scratch: Scratch | None = None
+) -> tuple[memoryview, int, int] | None:
     """The records of double series laid out from columns (:func:`_double_records`): each
     series' key and point count, and every series' timestamps and values back to back. None,
     having written nothing, for a name that is not ASCII or tags that are not text."""
@@ -688,9 +690,9 @@ def _double_layout(keys: list[KeyTuple], counts: I64, ts: I64, vals: Any) -> tup
     )
     len_bytes, len_sizes = long_varints(name_lens)
     cnt_bytes, cnt_sizes = long_varints(counts)
-    ts_bytes, ts_sizes = long_varints(ts)
+    ts_bytes, ts_sizes = long_varints(ts, scratch=scratch)
     ts_lens = counts * ts_sizes if isinstance(ts_sizes, int) else np.add.reduceat(ts_sizes, np.cumsum(counts) - counts)
-    val_bytes = double_items(vals, B_DOUBLE)
+    val_bytes = double_items(vals, B_DOUBLE, scratch)
     n = len(keys)
     # Each record: name length, name, count, timestamps, 0 (end of the timestamps array),
     # count, values, 0 (end of the values array), tags map (0 for an empty one).
@@ -706,6 +708,7 @@ def _double_layout(keys: list[KeyTuple], counts: I64, ts: I64, vals: Any) -> tup
             (tags, tag_lens, None),
         ],
         n,
+        scratch,
     )
     return laid, n, int(counts.sum())
 

@@ -28,15 +28,23 @@ def test_gather_runs_is_the_runs_concatenated_or_refuses_one_outside(src: bytes,
     assert gather is not None
     starts = np.array([a for a, _ in pairs], np.int64)
     lens = np.array([n for _, n in pairs], np.int64)
+    out = bytearray(int(lens.sum()) + 3)
     if all(a + n <= len(src) for a, n in pairs):
-        assert gather(np.frombuffer(src, np.uint8), starts, lens) == b"".join(src[a : a + n] for a, n in pairs)
+        want = b"".join(src[a : a + n] for a, n in pairs)
+        assert gather(np.frombuffer(src, np.uint8), starts, lens, out) == len(want)
+        assert out[: len(want)] == want and out[len(want) :] == bytes(3)
+        if want:
+            with pytest.raises(ValueError, match="do not fit"):
+                gather(src, starts, lens, bytearray(len(want) - 1))
     else:
         with pytest.raises(ValueError, match="outside"):
-            gather(src, starts, lens)
+            gather(src, starts, lens, out)
     with pytest.raises(TypeError, match="gather_runs: starts must be a 1-D int64 array"):
-        gather(src, starts.astype(np.int32), lens)
+        gather(src, starts.astype(np.int32), lens, out)
     with pytest.raises(TypeError, match="gather_runs: lens must be a 1-D int64 array"):
-        gather(src, starts, lens.reshape(-1, 1))
+        gather(src, starts, lens.reshape(-1, 1), out)
+    with pytest.raises(BufferError):
+        gather(src, starts, lens, bytes(len(out)))  # not writable
 
 
 @given(st.lists(st.tuples(st.binary(max_size=5), st.binary(max_size=5), st.integers(0, 2)), max_size=30))

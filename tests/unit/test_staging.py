@@ -10,7 +10,9 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -252,6 +254,49 @@ def test_all_double_records_keep_special_values_exactly() -> None:
             ("b", (), "double", [(BASE + i, -v) for i, v in enumerate(specials)]),
         ],
     )
+
+
+class _Record(Mapping[str, Any]):
+    """A Mapping that is not a dict."""
+
+    def __init__(self, items: dict[str, Any]) -> None:
+        self._items = items
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class _Name(str):
+    """A channel named by a str subclass."""
+
+
+@pytest.mark.parametrize("mapping", [dict, OrderedDict, MappingProxyType, _Record], ids=lambda m: m.__name__)
+def test_records_of_floats_land_exactly_whatever_their_mapping_and_the_spelling_of_their_channels(
+    mapping: Callable[[dict[str, Any]], Mapping[str, Any]],
+) -> None:
+    records = [
+        {"a": 0.5, "b": -0.0, "c": NAN},
+        {"".join(["a"]): 1.5, "b": 2.5, "c": 3.5},  # equal names, not the same objects
+        {_Name("a"): 4.5, "b": 5.5, "c": 6.5},
+        {"b": 7.5, "a": 8.5, "c": 9.5},  # another order
+        {"a": 10.5, "b": np.float64(11.5), "c": 12.5},
+        {"a": 13.5, "b": None, "c": 14.5},  # a gap
+        {"a": 15.5, "b": 16.5, "c": 17.5, "d": 18.5},  # one channel more
+        {"a": 19.5, "b": 20.5, "c": 21.5},
+    ]
+    b = PointBatch()
+    for i, record in enumerate(records):
+        b.add_record(BASE + i, mapping(record))
+    points = {
+        ch: [(BASE + i, float(r[ch])) for i, r in enumerate(records) if r.get(ch) is not None] for ch in "abcd"
+    }
+    assert_taken(b, [(ch, (), "double", points[ch]) for ch in "abcd"])
 
 
 def test_wide_records_with_gaps_skip_fields_tags_and_mixed_shapes() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -147,7 +148,15 @@ class _FloatSub(float):
     pass
 
 
-@pytest.mark.compiled
+def _twins(name: str) -> list[Any]:
+    """``staging``'s ``name`` and its pure twin (the one where ``_fastpath`` is not built)."""
+    from beam_nominal._pipeline import staging
+
+    found, pure = getattr(staging, name), getattr(staging, "_" + name)
+    return [pytest.param(pure, id="pure")] + ([pytest.param(found, id="compiled")] if found is not pure else [])
+
+
+@pytest.mark.parametrize("pack", _twins("pack_doubles"))
 @pytest.mark.parametrize(
     "row",
     [
@@ -160,22 +169,72 @@ class _FloatSub(float):
         [_FloatSub(1.5)],
         [1.0, "x"],
         (1.0, 2.0),
+        {"a": 1.0}.values(),
         np.array([1.0, 2.0]),
         "12",
         None,
     ],
     ids=repr,
 )
-def test_pack_doubles_is_float_row_for_a_list_of_floats_and_takes_nothing_else(row: Any) -> None:
-    from beam_nominal._pipeline._fastpath import pack_doubles
+def test_pack_doubles_is_float_row_for_a_list_of_floats_and_takes_nothing_else(pack: Any, row: Any) -> None:
     from beam_nominal._pipeline.values import float_row
 
-    packed = pack_doubles(row)
+    packed = pack(row)
     if type(row) is list and all(type(v) is float for v in row):
         assert packed == float_row("c", row)
         assert type(packed) is bytes
     else:
         assert packed is None
+
+
+class _Key(str):
+    """A channel named by a str subclass."""
+
+
+@pytest.mark.parametrize("pack", _twins("pack_record"))
+@pytest.mark.parametrize(
+    ("record", "keys"),
+    [
+        ({"a": 0.5, "b": -0.0}, ("a", "b")),
+        ({}, ()),
+        ({"a": float("nan"), "b": 5e-324}, ("a", "".join(["b"]))),  # an equal name, not the same object
+        ({"a": 0.5, "b": 1.5}, ("b", "a")),  # another order
+        ({"a": 0.5}, ("a", "b")),
+        ({"a": 0.5, "b": 1.5}, ("a",)),
+        ({"a": 0.5, "b": 1}, ("a", "b")),
+        ({"a": 0.5, "b": None}, ("a", "b")),
+        ({"a": np.float64(0.5)}, ("a",)),
+        ({"a": _FloatSub(0.5)}, ("a",)),
+        (OrderedDict(a=0.5), ("a",)),
+        ({"a": 0.5}, ["a"]),
+    ],
+    ids=repr,
+)
+def test_pack_record_packs_the_floats_of_a_dict_of_those_channels_and_takes_nothing_else(
+    pack: Any, record: Any, keys: Any
+) -> None:
+    from beam_nominal._pipeline.values import float_row
+
+    packed = pack(record, keys)
+    if (
+        type(record) is dict
+        and type(keys) is tuple
+        and tuple(record) == keys
+        and all(type(v) is float for v in record.values())
+    ):
+        assert packed == float_row("c", list(record.values()))
+        assert type(packed) is bytes
+    else:
+        assert packed is None
+
+
+@pytest.mark.compiled
+def test_pack_record_takes_a_channel_spelled_otherwise_than_its_block_by_the_general_path() -> None:
+    # A str subclass equal to the block's channel: the compiled twin leaves it to the caller's
+    # general path (which checks the name), the pure one packs it; the record lands either way.
+    from beam_nominal._pipeline.staging import pack_record
+
+    assert pack_record({_Key("a"): 0.5}, ("a",)) is None
 
 
 def test_single_points_move_into_the_buffer_when_doubles_or_other_values_reach_the_settle_limit() -> None:
