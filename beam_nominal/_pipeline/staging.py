@@ -157,6 +157,9 @@ _I64 = np.dtype(np.int64)
 _F64 = np.dtype(np.float64)
 #: Checked series names a batch keeps from one bundle to the next, at most.
 _KEYS_KEPT = 65536
+#: Rows of a plain block from which its columns go to the buffer as series of their own (``take``)
+#: rather than as loose points: long columns cost less as a series each than sorted point by point.
+_SERIES_ROWS = 512
 #: ``PointBatch.float_codes`` while rows are pending: never written.
 _NO_FLOAT_CODES: dict[str, int] = {}
 
@@ -889,9 +892,9 @@ class PointBatch:
 
     def move_into(self, buffer: Buffer) -> None:
         """Everything appended so far into a stream's buffer, as :meth:`take` gives it, but for
-        single doubles and the rows of one block of wide records of floats: those go as loose
-        points (``Buffer.add_loose``: a row's values, one per channel, each a point), so that
-        nothing is made per series. Settled runs go first: what is pending came after them (rows
+        single doubles and the short rows of one block of wide records of floats: those go as
+        loose points (``Buffer.add_loose``: a row's values, one per channel, each a point), so
+        that nothing is made per series. Settled runs go first: what is pending came after them (rows
         and single points settle each other on arrival, so at most one of the two is pending)."""
         loose = self._take_doubles() if len(self.doubles) else self._take_plain_rows() if self._rows else None
         if self.points:
@@ -907,12 +910,12 @@ class PointBatch:
         return np.frombuffer(codes, np.int64), np.frombuffer(ts, np.int64), np.frombuffer(vals, _F64)
 
     def _take_plain_rows(self) -> tuple[Any, Any, Any] | None:
-        """The rows of the one pending block, if it is plain (floats of double series, no gaps)
-        and no other block holds rows, as columns of points series by series in code order,
-        each series' points in record order (a buffer holding only these need not sort them);
-        else None, having taken nothing."""
+        """The rows of the one pending block, if it is plain (floats of double series, no gaps),
+        no other block holds rows and they are fewer than ``_SERIES_ROWS``, as columns of points
+        series by series in code order, each series' points in record order (a buffer holding
+        only these need not sort them); else None, having taken nothing."""
         pending = [block for block in self._blocks.values() if block.ts]
-        if len(pending) != 1 or not pending[0].plain:
+        if len(pending) != 1 or not pending[0].plain or len(pending[0].ts) >= _SERIES_ROWS:
             return None
         block = pending[0]
         rows, width = len(block.ts), block.width

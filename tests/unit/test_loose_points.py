@@ -12,7 +12,7 @@ import pytest
 from beam_nominal._pipeline.buffer import Buffer
 from beam_nominal._pipeline.packer import cut_requests
 from beam_nominal._pipeline.sizes import DOUBLE_POINT_BYTES, series_overhead
-from beam_nominal._pipeline.staging import PointBatch
+from beam_nominal._pipeline.staging import _SERIES_ROWS, PointBatch
 from beam_nominal._wire.batch import DoubleBatches
 from beam_nominal.model import SeriesKey, ValueType
 
@@ -153,6 +153,24 @@ def test_wide_records_of_floats_go_as_loose_points_in_record_order() -> None:
             want[SeriesKey("w3")].append((T0 + 100, -1.0))
     batch.move_into(buffer)
     assert batch.points == 0 and batch.nbytes == 0
+    assert _delivered(_cut_all(buffer, max_bytes=8_000, max_points=10**6)) == want
+
+
+@pytest.mark.parametrize("rows", [_SERIES_ROWS - 1, _SERIES_ROWS, 3 * _SERIES_ROWS])
+def test_a_block_of_many_rows_goes_as_a_series_a_channel_and_fewer_as_loose_points(rows: int) -> None:
+    channels = [f"w{k}" for k in range(5)]
+    batch, buffer = PointBatch(), Buffer()
+    want: dict[SeriesKey, list[tuple[int, float]]] = {}
+    for r in range(rows):
+        record = {ch: r * 10.0 + k for k, ch in enumerate(channels)}
+        batch.add_record(T0 + r, record)
+        for ch, v in record.items():
+            want.setdefault(SeriesKey(ch), []).append((T0 + r, v))
+    batch.move_into(buffer)
+    loose = rows < _SERIES_ROWS
+    assert buffer.loose_points == (rows * len(channels) if loose else 0)
+    assert len(buffer.series) == (0 if loose else len(channels))
+    assert buffer.points == rows * len(channels) and batch.points == 0
     assert _delivered(_cut_all(buffer, max_bytes=8_000, max_points=10**6)) == want
 
 
