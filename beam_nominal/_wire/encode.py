@@ -704,7 +704,10 @@ def encode_columns(
             if type(ts) is not np.ndarray or ts.dtype != _I8 or ts.ndim != 1:
                 ts = _checked_timestamps(i, b)
             n = ts.shape[0]
-            uniq.append(ts)
+            # Equal columns that are not one array (a table's, each cut from several hand-overs)
+            # are encoded once too.
+            if not uniq or ts.shape != uniq[-1].shape or not np.array_equal(ts, uniq[-1]):
+                uniq.append(ts)
         ts_of[i] = len(uniq) - 1
         counts[i] = n
         if vt is ValueType.DOUBLE:

@@ -511,7 +511,10 @@ def encode_records(
                     ts = np.ascontiguousarray(ts, dtype=np.int64)
                     if ts.ndim != 1:
                         raise ValueError(f"timestamps of shape {ts.shape}")
-                stamps.append(ts)
+                # Equal columns of timestamps that are not one array (a table's columns, each
+                # cut from several hand-overs) are encoded once too.
+                if not stamps or ts.shape != stamps[-1].shape or not np.array_equal(ts, stamps[-1]):
+                    stamps.append(ts)
             elif n == 0:
                 continue
             vt = b.value_type
