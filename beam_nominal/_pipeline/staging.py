@@ -124,6 +124,7 @@ try:
 except ImportError:
     DoublePoints = _DoublePoints
 
+
 def _pack_doubles(values: Any) -> bytes | None:
     """``pack_doubles`` where ``_fastpath`` is not built: the doubles of a list (exactly) of floats
     (exactly), packed in native order; None for anything else."""
